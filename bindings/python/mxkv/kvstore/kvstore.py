@@ -1,0 +1,273 @@
+"""KVStore over libmxkv (the API of ``mxnet.kvstore.KVStore`` 1.9.1)."""
+import ctypes
+import os
+import pickle
+import weakref
+
+from ..base import (_LIB, c_str, check_call, last_error, mx_uint, py_str, KVStoreHandle,
+                    MXKVUsageError)
+from .._lib import UPDATER, STR_UPDATER
+from ..ndarray import NDArray, _ndarray_cls
+from .. import optimizer as opt
+from .base import _ctype_key_value, _ctype_dict, KVStoreBase
+
+__all__ = ['KVStore']
+
+_SERVER_COMMANDS = {'kController': 0, 'kSetMultiPrecision': 1, 'kStopServer': 2,
+                    'kSyncMode': 3, 'kSetGradientCompression': 4, 'kSetProfilerParams': 5}
+
+
+def _get_kvstore_server_command_type(command):
+    if command not in _SERVER_COMMANDS:
+        raise MXKVUsageError('Unknown command type to send to server: %r' % (command,))
+    return _SERVER_COMMANDS[command]
+
+
+def _keys_text(keys):
+    uniq = []
+    for k in keys:
+        if k not in uniq:
+            uniq.append(k)
+    if len(uniq) == 1:
+        return 'key %r' % (uniq[0],)
+    return 'keys %r' % (uniq,)
+
+
+class KVStore(KVStoreBase):
+    """A key-value store for synchronising values over devices (``mxkv.kv.create``).
+
+    The store's handle is freed by :meth:`close`, at the end of a ``with``
+    block, or on garbage collection.  Keys are ints or strs (one kind per
+    store); values are NDArrays, lists of NDArrays (several devices) or lists
+    of those for lists of keys, exactly as in MXNet.
+    """
+
+    def __init__(self, handle):
+        if not isinstance(handle, KVStoreHandle):
+            raise MXKVUsageError('KVStore needs a KVStoreHandle')
+        self.handle = handle
+        self._updater = None
+        self._updater_func = None
+        self._str_updater_func = None
+        self._updater_error = None
+        self._is_p3 = (os.getenv('DMLC_PS_VAN_TYPE', '') == 'p3')
+
+    # --- lifetime ----------------------------------------------------------------
+    def close(self):
+        """Free the store (idempotent).  Arrays pulled from it stay valid."""
+        hdl, self.handle = getattr(self, 'handle', None), None
+        if hdl is not None and hdl.value:
+            check_call(_LIB.MXKVStoreFree(hdl))
+        self._updater_func = None
+        self._str_updater_func = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _h(self, op, keys=None):
+        if self.handle is None:
+            what = '' if keys is None else ' (%s)' % _keys_text(keys)
+            raise MXKVUsageError('KVStore.%s on a closed KVStore%s' % (op, what))
+        return self.handle
+
+    def _check(self, ret, op, keys):
+        """Raise the library's error, naming the operation and keys; then any exception
+        an updater raised during the call."""
+        err, self._updater_error = self._updater_error, None
+        if ret != 0:
+            exc = last_error()
+            msg = str(exc)
+            raise type(exc)('%s\n  in KVStore.%s (%s)' % (msg, op, _keys_text(keys)))
+        if err is not None:
+            raise err
+
+    # --- data operations -------------------------------------------------------------
+    def init(self, key, value):
+        """Initialise one or several keys (each exactly once) with values."""
+        ckeys, cvals, use_str, flat = _ctype_key_value(key, value, 'init')
+        hdl = self._h('init', flat)
+        if use_str:
+            ret = _LIB.MXKVStoreInitEx(hdl, len(ckeys), ckeys, cvals)
+        else:
+            ret = _LIB.MXKVStoreInit(hdl, len(ckeys), ckeys, cvals)
+        self._check(ret, 'init', flat)
+
+    def push(self, key, value, priority=0):
+        """Push values; several values for one key are summed, then the updater (default:
+        assign) combines the sum with the stored value."""
+        ckeys, cvals, use_str, flat = _ctype_key_value(key, value, 'push')
+        hdl = self._h('push', flat)
+        fn = _LIB.MXKVStorePushEx if use_str else _LIB.MXKVStorePush
+        self._check(fn(hdl, len(ckeys), ckeys, cvals, int(priority)), 'push', flat)
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """Copy the stored values into `out` (one or several arrays per key)."""
+        if out is None:
+            raise MXKVUsageError('KVStore.pull: out is required (key %r)' % (key,))
+        ckeys, cvals, use_str, flat = _ctype_key_value(key, out, 'pull')
+        hdl = self._h('pull', flat)
+        fn = _LIB.MXKVStorePullWithSparseEx if use_str else _LIB.MXKVStorePullWithSparse
+        self._check(fn(hdl, len(ckeys), ckeys, cvals, int(priority), bool(ignore_sparse)),
+                    'pull', flat)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """push then pull; without `out` the result is written back into `value`."""
+        cvkeys, cvals, use_str, flat = _ctype_key_value(key, value, 'pushpull')
+        if out is not None:
+            cokeys, couts, _, oflat = _ctype_key_value(key, out, 'pushpull')
+        else:
+            cokeys, couts, oflat = cvkeys, cvals, flat
+        hdl = self._h('pushpull', flat)
+        fn = _LIB.MXKVStorePushPullEx if use_str else _LIB.MXKVStorePushPull
+        self._check(fn(hdl, len(cvkeys), cvkeys, len(cokeys), cokeys, cvals, couts,
+                       int(priority)), 'pushpull', flat + oflat)
+
+    def broadcast(self, key, value, out, priority=0):
+        """init `key` with `value`, then pull it into `out`."""
+        cvkeys, cvals, use_str, flat = _ctype_key_value(key, value, 'broadcast')
+        cokeys, couts, _, oflat = _ctype_key_value(key, out, 'broadcast')
+        hdl = self._h('broadcast', flat)
+        fn = _LIB.MXKVStoreBroadcastEx if use_str else _LIB.MXKVStoreBroadcast
+        self._check(fn(hdl, len(cvkeys), cvkeys, len(cokeys), cokeys, cvals, couts,
+                       int(priority)), 'broadcast', flat + oflat)
+
+    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
+        """Pull the rows `row_ids` of row_sparse values into row_sparse `out`."""
+        if out is None or row_ids is None:
+            raise MXKVUsageError('KVStore.row_sparse_pull: out and row_ids are required '
+                                 '(key %r)' % (key,))
+        if isinstance(row_ids, NDArray):
+            row_ids = [row_ids]
+        if not isinstance(row_ids, list):
+            raise MXKVUsageError('row_ids should be NDArray or list of NDArray (key %r)' % (key,))
+        first_out = out
+        single_rowid = False
+        if len(row_ids) == 1 and isinstance(out, list):
+            single_rowid = True
+            first_out = [out[0]]
+        ckeys, cvals, use_str, flat = _ctype_key_value(key, first_out, 'row_sparse_pull')
+        _, crow_ids, _, _ = _ctype_key_value(key, row_ids, 'row_sparse_pull')
+        if len(crow_ids) != len(cvals):
+            raise MXKVUsageError("KVStore.row_sparse_pull: the number of row_ids doesn't match "
+                                 'the number of values (%s)' % _keys_text(flat))
+        hdl = self._h('row_sparse_pull', flat)
+        fn = _LIB.MXKVStorePullRowSparseEx if use_str else _LIB.MXKVStorePullRowSparse
+        self._check(fn(hdl, len(ckeys), ckeys, cvals, crow_ids, int(priority)),
+                    'row_sparse_pull', flat)
+        if single_rowid:
+            for out_i in out[1:]:
+                out[0].copyto(out_i)
+
+    # --- configuration -------------------------------------------------------------
+    def is_capable(self, capability):
+        """'optimizer' -> whether set_optimizer works on this store."""
+        if capability.lower() == KVStoreBase.OPTIMIZER:
+            return not self._is_p3
+        raise ValueError('Unknown capability: {}'.format(capability))
+
+    def set_gradient_compression(self, compression_params):
+        """2-bit gradient compression ({'type': '2bit', 'threshold': 0.5}); device and dist
+        stores only."""
+        if ('device' in self.type) or ('dist' in self.type):
+            ckeys, cvals = _ctype_dict(compression_params)
+            check_call(_LIB.MXKVStoreSetGradientCompression(
+                self._h('set_gradient_compression'), len(compression_params), ckeys, cvals))
+        else:
+            raise MXKVUsageError('Gradient compression is not supported for this type of '
+                                 'kvstore')
+
+    def set_optimizer(self, optimizer):
+        """Use `optimizer` as the updater (locally; on dist workers it is sent to servers)."""
+        is_worker = ctypes.c_int()
+        check_call(_LIB.MXKVStoreIsWorkerNode(ctypes.byref(is_worker)))
+        if 'dist' in self.type and is_worker.value:
+            optim_str = py_str(pickle.dumps(optimizer, 0))
+            self._send_command_to_servers(_get_kvstore_server_command_type('kController'),
+                                          optim_str)
+            if optimizer.multi_precision:
+                self._send_command_to_servers(
+                    _get_kvstore_server_command_type('kSetMultiPrecision'), '')
+        else:
+            self._set_updater(opt.get_updater(optimizer))
+
+    @property
+    def type(self):
+        """the store's type string (lower case)"""
+        kv_type = ctypes.c_char_p()
+        check_call(_LIB.MXKVStoreGetType(self._h('type'), ctypes.byref(kv_type)))
+        return py_str(kv_type.value)
+
+    @property
+    def rank(self):
+        """rank of this worker (0 for local stores)"""
+        rank = ctypes.c_int()
+        check_call(_LIB.MXKVStoreGetRank(self._h('rank'), ctypes.byref(rank)))
+        return rank.value
+
+    @property
+    def num_workers(self):
+        """number of workers (1 for local stores)"""
+        size = ctypes.c_int()
+        check_call(_LIB.MXKVStoreGetGroupSize(self._h('num_workers'), ctypes.byref(size)))
+        return size.value
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Write the optimizer's states (and optionally the optimizer) to `fname`."""
+        if self._updater is None:
+            raise MXKVUsageError('Cannot save states for distributed training')
+        with open(fname, 'wb') as fout:
+            fout.write(self._updater.get_states(dump_optimizer))
+
+    def load_optimizer_states(self, fname):
+        """Read states written by :meth:`save_optimizer_states`."""
+        if self._updater is None:
+            raise MXKVUsageError('Cannot load states for distributed training')
+        with open(fname, 'rb') as fin:
+            self._updater.set_states(fin.read())
+
+    def _set_updater(self, updater):
+        """Install ``updater(key, recv, stored)``; it must modify `stored` in place.
+
+        Int-keyed stores pass the int key, str-keyed stores pass the key as bytes
+        (as MXNet does).  An exception raised by the updater is re-raised by the
+        push/pushpull call that triggered it.
+        """
+        self._updater = updater
+        selfref = weakref.ref(self)
+
+        def call(key, recv_handle, local_handle, _):
+            recv = _ndarray_cls(ctypes.c_void_p(recv_handle))
+            local = _ndarray_cls(ctypes.c_void_p(local_handle))
+            store = selfref()
+            try:
+                updater(key, recv, local)
+            except BaseException as err:  # pylint: disable=broad-except
+                if store is not None and store._updater_error is None:
+                    store._updater_error = err
+            # recv/local free their handles when the last reference goes (at once,
+            # unless the updater kept them)
+
+        self._updater_func = UPDATER(call)
+        self._str_updater_func = STR_UPDATER(call)
+        check_call(_LIB.MXKVStoreSetUpdaterEx(self._h('_set_updater'), self._updater_func,
+                                              self._str_updater_func, None))
+
+    set_updater = _set_updater  # name used by the tutorial text and MXNet <= 1.0
+
+    def _barrier(self):
+        """Global barrier among workers (no-op for local stores)."""
+        check_call(_LIB.MXKVStoreBarrier(self._h('_barrier')))
+
+    def _send_command_to_servers(self, head, body):
+        """Send (head, body) to all servers (no-op for local stores)."""
+        check_call(_LIB.MXKVStoreSendCommmandToServers(self._h('_send_command_to_servers'),
+                                                       mx_uint(head), c_str(body)))

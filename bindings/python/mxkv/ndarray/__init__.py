@@ -1,0 +1,6 @@
+"""``mxkv.nd``: NDArrays backed by libmxkv (the part of ``mxnet.nd`` a KVStore user needs)."""
+from . import ndarray, utils, sparse
+from .ndarray import *  # pylint: disable=wildcard-import
+from .ndarray import _ndarray_cls, _new_alloc_handle, bfloat16
+from .utils import save, load
+from .sparse import RowSparseNDArray, CSRNDArray

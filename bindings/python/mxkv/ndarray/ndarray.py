@@ -1,0 +1,699 @@
+"""NDArray: a library-owned array, with arithmetic done in numpy on zero-copy views.
+
+libmxkv exports no operators (no ``MXImperativeInvoke``), so every computation
+here runs in numpy directly on the array's buffer (``MXNDArrayGetData``).
+Before reading a buffer ``MXNDArrayWaitToRead`` is called and before writing
+one ``MXNDArrayWaitToWrite`` (no-ops in libmxkv, required for an asynchronous
+engine such as real MXNet's).  Scalars are converted the way MXNet's operators
+convert them (string round trip through dmlc's parser, then cast to the
+array's dtype), so results are bit-identical to MXNet's float32 kernels.
+"""
+import ctypes
+import operator
+import warnings
+
+import numpy as np
+
+from ..base import (_LIB, check_call, c_str, NDArrayHandle, MXNetError, MXKVUsageError,
+                    numeric_types, integer_types, mx_real_t)
+from ..context import Context, current_context
+from .._numerics import dmlc_double
+
+__all__ = ['NDArray', 'empty', 'zeros', 'ones', 'full', 'array', 'waitall', 'concatenate',
+           'bfloat16', '_ndarray_cls', 'clip', 'sqrt', 'square', 'sign', 'abs', 'maximum',
+           'minimum', 'cast', 'add', 'subtract', 'multiply', 'divide', 'moveaxis',
+           'dtype_np_to_mx', 'dtype_mx_to_np']
+
+bfloat16 = np.dtype([('bfloat16', np.uint16)])
+
+_DTYPE_NP_TO_MX = {
+    None: -1, np.float32: 0, np.float64: 1, np.float16: 2, np.uint8: 3, np.int32: 4,
+    np.int8: 5, np.int64: 6, np.bool_: 7, np.int16: 8, np.uint16: 9, np.uint32: 10,
+    np.uint64: 11,
+}
+_DTYPE_MX_TO_NP = {v: k for k, v in _DTYPE_NP_TO_MX.items()}
+_DTYPE_MX_TO_NP[12] = bfloat16
+
+_STORAGE_TYPE_UNDEFINED = -1
+_STORAGE_TYPE_DEFAULT = 0
+_STORAGE_TYPE_ROW_SPARSE = 1
+_STORAGE_TYPE_CSR = 2
+_STORAGE_TYPE_STR_TO_ID = {'undefined': -1, 'default': 0, 'row_sparse': 1, 'csr': 2}
+_STORAGE_TYPE_ID_TO_STR = {v: k for k, v in _STORAGE_TYPE_STR_TO_ID.items()}
+
+
+def dtype_np_to_mx(dtype):
+    """numpy dtype (or name, or type) -> MXNet type code"""
+    if dtype is None:
+        return -1
+    if isinstance(dtype, str) and dtype == 'bfloat16':
+        return 12
+    if isinstance(dtype, np.dtype) and dtype == bfloat16:
+        return 12
+    try:
+        key = np.dtype(dtype).type
+    except TypeError:
+        raise MXKVUsageError('unsupported dtype %r' % (dtype,))
+    if key not in _DTYPE_NP_TO_MX:
+        raise MXKVUsageError('unsupported dtype %r' % (dtype,))
+    return _DTYPE_NP_TO_MX[key]
+
+
+def dtype_mx_to_np(code):
+    """MXNet type code -> numpy type (np.float32 ...); bfloat16 -> structured uint16 dtype"""
+    try:
+        return _DTYPE_MX_TO_NP[code]
+    except KeyError:
+        raise MXNetError('unknown dtype code %d' % code)
+
+
+class _BufferRef(object):
+    """Exposes a library buffer to numpy and keeps the owning NDArray alive."""
+    __slots__ = ('__array_interface__', 'owner')
+
+    def __init__(self, owner, address, shape, typestr):
+        self.owner = owner
+        self.__array_interface__ = {'data': (address, False), 'shape': tuple(shape),
+                                    'typestr': typestr, 'version': 3}
+
+
+def _new_alloc_handle(shape, ctx, delay_alloc, dtype):
+    hdl = NDArrayHandle()
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise MXKVUsageError('negative dimension in shape %s' % (shape,))
+    arr = (ctypes.c_uint32 * len(shape))(*shape)
+    check_call(_LIB.MXNDArrayCreateEx(arr, len(shape), ctx.device_typeid, ctx.device_id,
+                                      int(bool(delay_alloc)), dtype_np_to_mx(dtype),
+                                      ctypes.byref(hdl)))
+    return hdl
+
+
+def _shape_tuple(shape):
+    if isinstance(shape, integer_types):
+        return (int(shape),)
+    return tuple(int(s) for s in shape)
+
+
+class NDArray(object):
+    """An array owned by the library (``NDArrayHandle``).
+
+    The handle is freed by :meth:`close`, by leaving a ``with`` block, or when
+    the object is garbage collected, whichever comes first (exactly once).
+    """
+    __slots__ = ['handle', 'writable', '__weakref__']
+    __array_priority__ = 1000.0
+
+    def __init__(self, handle, writable=True):
+        if handle is not None and not isinstance(handle, NDArrayHandle):
+            handle = NDArrayHandle(handle)
+        self.handle = handle
+        self.writable = writable
+
+    # --- lifetime --------------------------------------------------------------
+    def close(self):
+        """Free the library handle now (idempotent)."""
+        hdl, self.handle = getattr(self, 'handle', None), None
+        if hdl is not None and hdl.value:
+            check_call(_LIB.MXNDArrayFree(hdl))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pylint: disable=broad-except
+            pass  # interpreter shutdown or library already gone
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def _h(self):
+        if self.handle is None:
+            raise MXKVUsageError('NDArray is closed')
+        return self.handle
+
+    # --- properties ------------------------------------------------------------
+    @property
+    def shape(self):
+        """tuple of ints (None for an array created without a shape)"""
+        ndim = ctypes.c_int()
+        pdata = ctypes.POINTER(ctypes.c_int)()
+        check_call(_LIB.MXNDArrayGetShapeEx(self._h, ctypes.byref(ndim), ctypes.byref(pdata)))
+        if ndim.value == -1:
+            return None
+        return tuple(pdata[:ndim.value])
+
+    @property
+    def size(self):
+        """number of elements"""
+        size = 1
+        for dim in self.shape or ():
+            size *= dim
+        return size
+
+    @property
+    def ndim(self):
+        """number of dimensions"""
+        return len(self.shape)
+
+    @property
+    def dtype(self):
+        """numpy type of the elements (numpy.float32 ...)"""
+        code = ctypes.c_int()
+        check_call(_LIB.MXNDArrayGetDType(self._h, ctypes.byref(code)))
+        return dtype_mx_to_np(code.value)
+
+    @property
+    def _np_dtype(self):
+        dt = self.dtype
+        return np.dtype(np.uint16) if dt is bfloat16 else np.dtype(dt)
+
+    @property
+    def context(self):
+        """device the array lives on"""
+        dev_type, dev_id = ctypes.c_int(), ctypes.c_int()
+        check_call(_LIB.MXNDArrayGetContext(self._h, ctypes.byref(dev_type), ctypes.byref(dev_id)))
+        return Context.from_codes(dev_type.value, dev_id.value)
+
+    ctx = context
+
+    @property
+    def stype(self):
+        """'default', 'row_sparse', 'csr' (or 'undefined')"""
+        code = ctypes.c_int()
+        check_call(_LIB.MXNDArrayGetStorageType(self._h, ctypes.byref(code)))
+        return _STORAGE_TYPE_ID_TO_STR[code.value]
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __bool__(self):
+        num = self.size
+        if num == 0:
+            return False
+        if num == 1:
+            return bool(self.asnumpy().reshape(-1)[0])
+        raise ValueError('The truth value of an NDArray with multiple elements is ambiguous.')
+
+    __nonzero__ = __bool__
+
+    def __hash__(self):
+        return id(self) // 16
+
+    # --- synchronisation & raw access ------------------------------------------
+    def wait_to_read(self):
+        """Block until pending writes to this array are done."""
+        check_call(_LIB.MXNDArrayWaitToRead(self._h))
+
+    def wait_to_write(self):
+        """Block until pending reads and writes of this array are done."""
+        check_call(_LIB.MXNDArrayWaitToWrite(self._h))
+
+    def _view(self, write=False):
+        """numpy array sharing this array's buffer (dense arrays only)."""
+        if self.stype != 'default':
+            raise MXNetError('numpy view of a %s array is not supported' % self.stype)
+        if write:
+            if not self.writable:
+                raise MXKVUsageError('trying to write to a readonly NDArray')
+            self.wait_to_write()
+        else:
+            self.wait_to_read()
+        shape = self.shape
+        dt = self._np_dtype
+        if shape is None:
+            raise MXNetError('the NDArray has no shape (created by MXNDArrayCreateNone)')
+        ptr = ctypes.c_void_p()
+        check_call(_LIB.MXNDArrayGetData(self._h, ctypes.byref(ptr)))
+        if not ptr.value:
+            if int(np.prod(shape, dtype=np.int64)) != 0:
+                raise MXNetError('MXNDArrayGetData returned NULL for a non-empty array')
+            return np.zeros(shape, dt)
+        return np.asarray(_BufferRef(self, ptr.value, shape, dt.str))
+
+    def _arith_view(self, write=False):
+        if self.dtype is bfloat16:
+            raise MXNetError('arithmetic on bfloat16 arrays is not supported by mxkv '
+                             '(no numpy dtype); use astype or asnumpy() for the raw bits')
+        return self._view(write)
+
+    def asnumpy(self):
+        """A numpy copy of the contents (bfloat16 arrays give the raw uint16 bits)."""
+        if self.stype != 'default':
+            return self.tostype('default').asnumpy()
+        shape = self.shape
+        data = np.empty(shape, dtype=self._np_dtype)
+        if data.size:
+            check_call(_LIB.MXNDArraySyncCopyToCPU(
+                self._h, data.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(data.size)))
+        else:
+            self.wait_to_read()
+        if self.dtype is bfloat16:
+            return data.view(bfloat16)
+        return data
+
+    def asscalar(self):
+        """The single element as a numpy scalar."""
+        if self.shape != (1,):
+            raise ValueError('The current array is not a scalar')
+        return self.asnumpy()[0]
+
+    def _sync_copyfrom(self, source_array):
+        """Copy a numpy array (or array-like) of the same shape into this array."""
+        source_array = np.asarray(source_array, dtype=self._np_dtype, order='C')
+        if source_array.shape != self.shape:
+            raise ValueError('Shape inconsistent: expected %s vs got %s'
+                             % (str(self.shape), str(source_array.shape)))
+        if not self.writable:
+            raise MXKVUsageError('trying to write to a readonly NDArray')
+        if source_array.size:
+            check_call(_LIB.MXNDArraySyncCopyFromCPU(
+                self._h, source_array.ctypes.data_as(ctypes.c_void_p),
+                ctypes.c_size_t(source_array.size)))
+
+    # --- representation ----------------------------------------------------------
+    def __repr__(self):
+        if self.handle is None:
+            return '<%s (closed)>' % self.__class__.__name__
+        shape_info = 'x'.join(['%d' % x for x in self.shape])
+        return '\n%s\n<%s %s @%s>' % (str(self.asnumpy()), self.__class__.__name__,
+                                      shape_info, self.ctx)
+
+    # --- pickling (used by optimizer state checkpoints) ----------------------------
+    def __reduce__(self):
+        return NDArray, (None,), self.__getstate__()
+
+    def __getstate__(self):
+        if self.handle is None:
+            return {'mxkv': None}
+        data = self.asnumpy()
+        ctx = self.context
+        return {'mxkv': 1, 'dtype': dtype_np_to_mx(self.dtype), 'shape': self.shape,
+                'ctx': (ctx.device_typeid, ctx.device_id),
+                'data': np.ascontiguousarray(data).view(np.uint8).tobytes()}
+
+    def __setstate__(self, state):
+        self.writable = True
+        if state.get('mxkv') is None:
+            self.handle = None
+            return
+        dt = dtype_mx_to_np(state['dtype'])
+        ctx = Context.from_codes(*state['ctx'])
+        if ctx.device_type == 'cpu_pinned':
+            ctx = Context('cpu', 0)
+        self.handle = _new_alloc_handle(state['shape'], ctx, False, dt)
+        raw = np.frombuffer(state['data'], dtype=np.uint16 if dt is bfloat16 else dt)
+        self._sync_copyfrom(raw.reshape(state['shape']))
+
+    # --- copies ----------------------------------------------------------------------
+    def copyto(self, other):
+        """Copy into `other` (an NDArray of the same shape; dtype converted) or onto a
+        Context (a new array)."""
+        if isinstance(other, NDArray):
+            if other.handle is not None and self.handle is not None \
+                    and other.handle.value == self.handle.value:
+                warnings.warn('You are attempting to copy an array to itself', RuntimeWarning)
+                return False
+            if other.shape != self.shape:
+                raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
+                                 % (self.shape, other.shape))
+            src = self._view()
+            dst = other._view(write=True)
+            np.copyto(dst, src.astype(dst.dtype, copy=False) if src.dtype != dst.dtype
+                      else src, casting='unsafe')
+            return other
+        if isinstance(other, Context):
+            hret = NDArray(_new_alloc_handle(self.shape, other, True, self.dtype))
+            return self.copyto(hret)
+        raise TypeError('copyto does not support type ' + str(type(other)))
+
+    def copy(self):
+        """A deep copy on the same context."""
+        return self.copyto(self.context)
+
+    def as_in_context(self, context):
+        """Self if already on `context`, else a copy there."""
+        if self.context == context:
+            return self
+        return self.copyto(context)
+
+    as_in_ctx = as_in_context
+
+    def astype(self, dtype, copy=True):
+        """A copy converted to `dtype` (or self if no conversion and copy=False)."""
+        if not copy and np.dtype(dtype) == self._np_dtype:
+            return self
+        res = empty(self.shape, ctx=self.context, dtype=dtype)
+        self.copyto(res)
+        return res
+
+    def reshape(self, *shape, **kwargs):
+        """A reshaped **copy** (libmxkv has no MXNDArrayReshape; MXNet returns a view)."""
+        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+            shape = shape[0]
+        shape = kwargs.get('shape', shape)
+        data = self.asnumpy().reshape(shape)
+        return array(data, ctx=self.context, dtype=self.dtype)
+
+    def tostype(self, stype):
+        """Storage conversion; only 'default' is available in this version."""
+        if stype == self.stype:
+            return self
+        raise MXNetError('tostype(%r) from %r is not supported by mxkv yet' % (stype, self.stype))
+
+    # --- indexing ----------------------------------------------------------------------
+    @staticmethod
+    def _is_full(key):
+        if isinstance(key, slice):
+            return key == slice(None)
+        if key is Ellipsis:
+            return True
+        if isinstance(key, tuple):
+            return all(NDArray._is_full(k) for k in key) if key else True
+        return False
+
+    def __getitem__(self, key):
+        if self._is_full(key):
+            return self
+        if isinstance(key, NDArray):
+            key = key.asnumpy()
+        res = self._view()[key]
+        return array(np.asarray(res).reshape(res.shape if res.shape else (1,)),
+                     ctx=self.context, dtype=self.dtype)
+
+    def __setitem__(self, key, value):
+        if not self.writable:
+            raise MXKVUsageError('trying to assign to a readonly NDArray')
+        if isinstance(key, NDArray):
+            key = key.asnumpy()
+        full = self._is_full(key)
+        if isinstance(value, NDArray):
+            if full and value.handle is not None and value.handle.value == self._h.value:
+                return
+            if full and value.shape == self.shape:
+                value.copyto(self)
+                return
+            src = value._view()
+            dst = self._view(write=True)
+            dst[key] = src.astype(dst.dtype) if src.dtype != dst.dtype else src
+            return
+        if isinstance(value, numeric_types):
+            dst = self._arith_view(write=True)
+            dst[key] = self._scalar(value)
+            return
+        if full:
+            value = np.asarray(value, dtype=self._np_dtype)
+            if value.shape != self.shape:
+                value = np.broadcast_to(value, self.shape)
+            self._sync_copyfrom(value)
+            return
+        dst = self._view(write=True)
+        dst[key] = np.asarray(value, dtype=dst.dtype)
+
+    # --- arithmetic ----------------------------------------------------------------------
+    def _scalar(self, value):
+        """`value` as this array's element type, the way MXNet's scalar operators see it
+        (str(float(value)) parsed as double by dmlc, then cast to the dtype)."""
+        dval = dmlc_double(float(value))
+        dt = self._np_dtype
+        if dt == np.float16:
+            return np.float16(np.float32(dval))
+        if dt.kind in 'iub':
+            with np.errstate(invalid='ignore', over='ignore'):
+                return dt.type(np.trunc(dval)) if np.isfinite(dval) else dt.type(0)
+        return dt.type(dval)
+
+    def _binary(self, other, ufunc, reverse=False, out=None):
+        if isinstance(other, numeric_types):
+            rhs = self._scalar(other)
+            lhs_v = self._arith_view()
+            if out is None:
+                res = empty(self.shape, ctx=self.context, dtype=self.dtype)
+                out_v = res._view(write=True)
+            else:
+                res, out_v = out, out._arith_view(write=True)
+            with np.errstate(all='ignore'):
+                if reverse:
+                    ufunc(rhs, lhs_v, out=out_v, casting='unsafe')
+                else:
+                    ufunc(lhs_v, rhs, out=out_v, casting='unsafe')
+            return res
+        if isinstance(other, NDArray):
+            if other.dtype != self.dtype:
+                raise MXNetError('operands have different dtypes: %s vs %s'
+                                 % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
+            a, b = (other, self) if reverse else (self, other)
+            try:
+                shape = np.broadcast_shapes(a.shape, b.shape)
+            except ValueError:
+                raise MXNetError('operands could not be broadcast together: %s vs %s'
+                                 % (a.shape, b.shape))
+            if out is None:
+                res = empty(shape, ctx=self.context, dtype=self.dtype)
+            else:
+                if out.shape != shape:
+                    raise MXNetError('in-place operation: shape %s does not match %s'
+                                     % (out.shape, shape))
+                res = out
+            a_v, b_v = a._arith_view(), b._arith_view()
+            out_v = res._arith_view(write=True)
+            with np.errstate(all='ignore'):
+                ufunc(a_v, b_v, out=out_v, casting='unsafe')
+            return res
+        if isinstance(other, np.ndarray):
+            return self._binary(array(other, ctx=self.context, dtype=self.dtype), ufunc,
+                                reverse, out)
+        return NotImplemented
+
+    def _divide_ufunc(self):
+        return np.true_divide if self._np_dtype.kind in 'fc' else _c_int_divide
+
+    def __add__(self, other):
+        return self._binary(other, np.add)
+
+    def __radd__(self, other):
+        return self._binary(other, np.add, reverse=True)
+
+    def __iadd__(self, other):
+        return self._binary(other, np.add, out=self)
+
+    def __sub__(self, other):
+        return self._binary(other, np.subtract)
+
+    def __rsub__(self, other):
+        return self._binary(other, np.subtract, reverse=True)
+
+    def __isub__(self, other):
+        return self._binary(other, np.subtract, out=self)
+
+    def __mul__(self, other):
+        return self._binary(other, np.multiply)
+
+    def __rmul__(self, other):
+        return self._binary(other, np.multiply, reverse=True)
+
+    def __imul__(self, other):
+        return self._binary(other, np.multiply, out=self)
+
+    def __truediv__(self, other):
+        return self._binary(other, self._divide_ufunc())
+
+    def __rtruediv__(self, other):
+        return self._binary(other, self._divide_ufunc(), reverse=True)
+
+    def __itruediv__(self, other):
+        return self._binary(other, self._divide_ufunc(), out=self)
+
+    __div__, __rdiv__, __idiv__ = __truediv__, __rtruediv__, __itruediv__
+
+    def __pow__(self, other):
+        return self._binary(other, np.power)
+
+    def __rpow__(self, other):
+        return self._binary(other, np.power, reverse=True)
+
+    def __neg__(self):
+        return self._unary(np.negative)
+
+    def __abs__(self):
+        return self._unary(np.absolute)
+
+    def _unary(self, ufunc):
+        res = empty(self.shape, ctx=self.context, dtype=self.dtype)
+        with np.errstate(all='ignore'):
+            ufunc(self._arith_view(), out=res._arith_view(write=True))
+        return res
+
+    def __eq__(self, other):  # identity semantics; MXNet returns an elementwise array
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def sum(self):
+        """Sum of all elements as a 1-element array (numpy pairwise summation)."""
+        return array([self._arith_view().sum(dtype=self._np_dtype)], ctx=self.context,
+                     dtype=self.dtype)
+
+    @property
+    def T(self):  # pylint: disable=invalid-name
+        """transposed copy"""
+        return array(self.asnumpy().T, ctx=self.context, dtype=self.dtype)
+
+
+def _c_int_divide(a, b, out=None, casting='unsafe'):
+    """Integer division truncating toward zero (C semantics), x/0 -> 0."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    with np.errstate(all='ignore'):
+        q = np.where(b == 0, 0, np.trunc(np.true_divide(a, np.where(b == 0, 1, b))))
+    np.copyto(out, q, casting=casting)
+    return out
+
+
+def _ndarray_cls(handle, writable=True, stype=None):
+    """Wrap a handle the caller owns in the matching NDArray class."""
+    if stype is None:
+        code = ctypes.c_int()
+        check_call(_LIB.MXNDArrayGetStorageType(handle, ctypes.byref(code)))
+        stype = code.value
+    if isinstance(stype, str):
+        stype = _STORAGE_TYPE_STR_TO_ID[stype]
+    if stype == _STORAGE_TYPE_ROW_SPARSE:
+        from .sparse import RowSparseNDArray
+        return RowSparseNDArray(handle, writable=writable)
+    if stype == _STORAGE_TYPE_CSR:
+        from .sparse import CSRNDArray
+        return CSRNDArray(handle, writable=writable)
+    return NDArray(handle, writable=writable)
+
+
+# --- creation --------------------------------------------------------------------------
+def empty(shape, ctx=None, dtype=None, stype=None):
+    """An uninitialised array (float32 by default) on `ctx` (default: current context)."""
+    if stype not in (None, 'default'):
+        from . import sparse
+        return sparse.zeros(stype, shape, ctx=ctx, dtype=dtype)
+    ctx = current_context() if ctx is None else ctx
+    dtype = mx_real_t if dtype is None else dtype
+    return NDArray(_new_alloc_handle(_shape_tuple(shape), ctx, False, dtype))
+
+
+def full(shape, val, ctx=None, dtype=mx_real_t, out=None):
+    """An array filled with `val`."""
+    out = empty(shape, ctx, dtype) if out is None else out
+    out[:] = val
+    return out
+
+
+def zeros(shape, ctx=None, dtype=None, stype=None, **kwargs):  # pylint: disable=unused-argument
+    """An array of zeros."""
+    arr = empty(shape, ctx, dtype, stype)
+    if arr.stype == 'default':
+        arr._view(write=True)[...] = 0
+    return arr
+
+
+def ones(shape, ctx=None, dtype=None, **kwargs):  # pylint: disable=unused-argument
+    """An array of ones."""
+    arr = empty(shape, ctx, dtype)
+    arr._view(write=True)[...] = 1
+    return arr
+
+
+def array(source_array, ctx=None, dtype=None):
+    """An array from an NDArray, numpy array or nested lists.
+    The dtype defaults to the source's for an NDArray and to float32 otherwise (as in MXNet)."""
+    if isinstance(source_array, NDArray):
+        dtype = source_array.dtype if dtype is None else dtype
+        ctx = source_array.context if ctx is None else ctx
+        res = empty(source_array.shape, ctx, dtype)
+        source_array.copyto(res)
+        return res
+    dtype = mx_real_t if dtype is None else dtype
+    if not isinstance(source_array, np.ndarray):
+        try:
+            source_array = np.array(source_array, dtype=dtype)
+        except Exception:
+            raise TypeError('source_array must be array like object')
+    if source_array.shape == ():
+        source_array = source_array.reshape((1,))
+    res = empty(source_array.shape, ctx, dtype)
+    res._sync_copyfrom(np.asarray(source_array, dtype=res._np_dtype))
+    return res
+
+
+def waitall():
+    """Wait until all pending work of the library is done."""
+    check_call(_LIB.MXNDArrayWaitAll())
+
+
+def concatenate(arrays, axis=0, always_copy=True):  # pylint: disable=unused-argument
+    """Join arrays along `axis` (a copy)."""
+    data = np.concatenate([a.asnumpy() for a in arrays], axis=axis)
+    return array(data, ctx=arrays[0].context, dtype=arrays[0].dtype)
+
+
+def moveaxis(tensor, source, destination):
+    """np.moveaxis as a copy"""
+    return array(np.moveaxis(tensor.asnumpy(), source, destination), ctx=tensor.context,
+                 dtype=tensor.dtype)
+
+
+# --- elementwise functions used by optimizers (MXNet operator semantics) ---------------
+def _unary_fn(ufunc):
+    def fn(data, out=None, **kwargs):  # pylint: disable=unused-argument
+        res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
+        with np.errstate(all='ignore'):
+            ufunc(data._arith_view(), out=res._arith_view(write=True))
+        return res
+    return fn
+
+
+sqrt = _unary_fn(np.sqrt)
+square = _unary_fn(np.square)
+abs = _unary_fn(np.absolute)  # pylint: disable=redefined-builtin
+sign = _unary_fn(np.sign)
+
+
+def clip(data, a_min, a_max, out=None):
+    """clip(x, a_min, a_max); the bounds are float32 operator parameters (as in MXNet)."""
+    from .._numerics import dmlc_float
+    lo = data._np_dtype.type(dmlc_float(a_min))
+    hi = data._np_dtype.type(dmlc_float(a_max))
+    res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
+    x = data._arith_view()
+    out_v = res._arith_view(write=True)
+    out_v[...] = np.where(x > hi, hi, np.where(x < lo, lo, x))
+    return res
+
+
+def cast(data, dtype, out=None):
+    """Element type conversion."""
+    if out is None:
+        return data.astype(dtype)
+    data.copyto(out)
+    return out
+
+
+def _binary_fn(ufunc):
+    def fn(lhs, rhs, out=None):
+        if isinstance(lhs, NDArray):
+            return lhs._binary(rhs, ufunc, out=out)
+        if isinstance(rhs, NDArray):
+            return rhs._binary(lhs, ufunc, reverse=True, out=out)
+        return ufunc(lhs, rhs)
+    return fn
+
+
+add = _binary_fn(np.add)
+subtract = _binary_fn(np.subtract)
+multiply = _binary_fn(np.multiply)
+divide = _binary_fn(np.true_divide)
+maximum = _binary_fn(np.maximum)
+minimum = _binary_fn(np.minimum)
+
+_ = operator  # keep the import for users doing `from mxkv.ndarray.ndarray import *`

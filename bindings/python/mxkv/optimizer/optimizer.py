@@ -1,0 +1,684 @@
+"""Optimizers for ``KVStore.set_optimizer`` (the ``mxnet.optimizer`` API).
+
+The update rules are evaluated in numpy on the arrays' own buffers, with the
+element type of the weight and *the same operation order as MXNet 1.9.1's C++
+kernels* (``src/operator/optimizer_op-inl.h``), and with every hyper-parameter
+turned into the constant MXNet's kernel sees (see :mod:`mxkv._numerics`).  For
+float32 and float64 weights the results are bit-identical to MXNet's.
+"""
+import math
+import os
+import pickle
+import warnings
+
+import numpy as np
+
+from ..base import py_str, MXKVUsageError
+from ..ndarray import NDArray, zeros, clip, sqrt, square
+from .._numerics import dmlc_float, strtof
+
+__all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
+           'Test', 'Updater', 'create', 'get_updater', 'register']
+
+
+# --- kernel helpers -------------------------------------------------------------
+class _K(object):
+    """Constants of one kernel launch, as the kernel's DType (static_cast<DType>(float))."""
+    def __init__(self, dtype, **params):
+        self.dt = np.dtype(dtype)
+        for name, value in params.items():
+            setattr(self, name, self.c(value))
+
+    def c(self, value):
+        """a float parameter of the op, as DType"""
+        return self.dt.type(dmlc_float(value))
+
+    def lit(self, value):
+        """a literal in the kernel (1.f, 0) as DType"""
+        return self.dt.type(value)
+
+
+def _clip_map(x, bound):
+    """mshadow_op::clip::Map(x, bound)"""
+    return np.where(x > bound, bound, np.where(x < -bound, -bound, x))
+
+
+def _sign(x, dt):
+    """(x > 0) - (x < 0) as DType"""
+    return (x > 0).astype(dt) - (x < 0).astype(dt)
+
+
+def _views(weight, grad, *states):
+    w = weight._arith_view(write=True)
+    g = grad._arith_view()
+    return (w, g) + tuple(s._arith_view(write=True) for s in states)
+
+
+def _check_dense(*arrays):
+    for arr in arrays:
+        if arr.stype != 'default':
+            raise MXKVUsageError('mxkv optimizers support dense arrays only (got %s)' % arr.stype)
+
+
+def _errstate():
+    return np.errstate(all='ignore')
+
+
+def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
+    """sgd_update: out = (1 - lr*wd)*w - lr*clip(rescale*g) | - (lr*rescale)*g"""
+    _check_dense(weight, grad)
+    k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
+    w, g = _views(weight, grad)
+    one = k.lit(1.0)
+    with _errstate():
+        if k.clip >= 0:
+            new = (one - k.lr * k.wd) * w - k.lr * _clip_map(k.rescale * g, k.clip)
+        else:
+            new = (one - k.lr * k.wd) * w - (k.lr * k.rescale) * g
+        w[...] = new
+
+
+def _sgd_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+    """sgd_mom_update: mom = m*mom - lr*wd*w - lr*rescale*g; out = w + mom"""
+    _check_dense(weight, grad, mom)
+    k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
+    w, g, s = _views(weight, grad, mom)
+    with _errstate():
+        if k.clip >= 0:
+            s[...] = k.m * s - k.lr * k.wd * w - k.lr * _clip_map(k.rescale * g, k.clip)
+        else:
+            s[...] = k.m * s - k.lr * k.wd * w - k.lr * k.rescale * g
+        w[...] = w + s
+
+
+def _multi_sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+    """multi_sgd_update / multi_sgd_mom_update for one weight: lrs and wds are Tuple<float>
+    (strtof), the other parameters dmlc floats; mom=None means no momentum state."""
+    _check_dense(weight, grad)
+    dt = np.dtype(weight.dtype)
+    t_lr = dt.type(strtof(lr))
+    t_wd = dt.type(strtof(wd))
+    k = _K(dt, m=momentum, rescale=rescale_grad, clip=clip_gradient)
+    if mom is None:
+        w, g = _views(weight, grad)
+        s = np.zeros_like(w)
+    else:
+        _check_dense(mom)
+        w, g, s = _views(weight, grad, mom)
+    with _errstate():
+        if k.clip >= 0:
+            new_mom = k.m * s - t_lr * t_wd * w - t_lr * _clip_map(k.rescale * g, k.clip)
+        else:
+            new_mom = k.m * s - t_lr * t_wd * w - t_lr * k.rescale * g
+        if mom is not None:
+            s[...] = new_mom
+        w[...] = w + new_mom
+
+
+def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+    """nag_mom_update (NAGMomKernel)"""
+    _check_dense(weight, grad, mom)
+    k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
+    w, g, s = _views(weight, grad, mom)
+    one = k.lit(1)
+    with _errstate():
+        s[...] = k.m * s
+        rg = _clip_map(k.rescale * g, k.clip) if k.clip >= 0 else k.rescale * g
+        step = k.lr * (rg + k.wd * w)
+        new = w - s + (k.m + one) * (s - step)
+        s[...] = s - step
+        w[...] = new
+
+
+def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad,
+                 clip_gradient):
+    """adam_update (AdamUpdateKernel)"""
+    _check_dense(weight, grad, mean, var)
+    k = _K(weight.dtype, lr=lr, wd=wd, b1=beta1, b2=beta2, eps=epsilon, rescale=rescale_grad,
+           clip=clip_gradient)
+    w, g, m, v = _views(weight, grad, mean, var)
+    one = k.lit(1.0)
+    with _errstate():
+        gr = g * k.rescale + w * k.wd
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        m[...] = k.b1 * m + (one - k.b1) * gr
+        v[...] = k.b2 * v + (one - k.b2) * gr * gr
+        w[...] = w - k.lr * m / (np.sqrt(v) + k.eps)
+
+
+def _rmsprop_update(weight, grad, n, lr, wd, gamma1, epsilon, rescale_grad, clip_gradient,
+                    clip_weights):
+    """rmsprop_update (RMSPropUpdateKernel)"""
+    _check_dense(weight, grad, n)
+    k = _K(weight.dtype, lr=lr, wd=wd, g1=gamma1, eps=epsilon, rescale=rescale_grad,
+           clip=clip_gradient, cw=clip_weights)
+    w, g, sn = _views(weight, grad, n)
+    one = k.lit(1.0)
+    with _errstate():
+        gr = k.rescale * g + k.wd * w
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        sn[...] = (one - k.g1) * (gr * gr) + k.g1 * sn
+        new = w - k.lr * (gr / np.sqrt(sn + k.eps))
+        if k.cw >= 0:
+            new = _clip_map(new, k.cw)
+        w[...] = new
+
+
+def _rmspropalex_update(weight, grad, n, gst, delta, lr, wd, gamma1, gamma2, epsilon,
+                        rescale_grad, clip_gradient, clip_weights):
+    """rmspropalex_update (RMSPropAlexUpdateKernel)"""
+    _check_dense(weight, grad, n, gst, delta)
+    k = _K(weight.dtype, lr=lr, wd=wd, g1=gamma1, g2=gamma2, eps=epsilon,
+           rescale=rescale_grad, clip=clip_gradient, cw=clip_weights)
+    w, g, sn, sg, d = _views(weight, grad, n, gst, delta)
+    one = k.lit(1.0)
+    with _errstate():
+        gr = k.rescale * g + k.wd * w
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        sn[...] = (one - k.g1) * gr * gr + k.g1 * sn
+        sg[...] = (one - k.g1) * gr + k.g1 * sg
+        d[...] = k.g2 * d - (k.lr * gr / np.sqrt(sn - sg * sg + k.eps))
+        new = w + d
+        if k.cw >= 0:
+            new = _clip_map(new, k.cw)
+        w[...] = new
+
+
+def _signsgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
+    """signsgd_update (clip_gradient and rescale_grad have no effect)"""
+    _check_dense(weight, grad)
+    k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
+    w, g = _views(weight, grad)
+    one = k.lit(1.0)
+    with _errstate():
+        w[...] = (one - k.lr * k.wd) * w - k.lr * _sign(g, k.dt)
+
+
+def _signum_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient, wd_lh):
+    """signum_update (SignumKernel)"""
+    _check_dense(weight, grad, mom)
+    k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient,
+           wd_lh=wd_lh)
+    w, g, s = _views(weight, grad, mom)
+    one = k.lit(1)
+    with _errstate():
+        if k.clip >= 0:
+            s[...] = k.m * s - (one - k.m) * k.wd * w \
+                - (one - k.m) * _clip_map(k.rescale * g, k.clip)
+        else:
+            s[...] = k.m * s - (one - k.m) * k.wd * w - (one - k.m) * k.rescale * g
+        w[...] = (one - k.lr * k.wd_lh) * w + k.lr * _sign(s, k.dt)
+
+
+# --- optimizers -------------------------------------------------------------------
+class Optimizer(object):
+    """Base class: learning rate (or lr_scheduler), weight decay, rescale_grad,
+    clip_gradient, per-index lr/wd multipliers and update counting, as in MXNet."""
+    opt_registry = {}
+
+    def __init__(self, rescale_grad=1., param_idx2name=None, wd=0., clip_gradient=None,
+                 learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
+                 multi_precision=False, param_dict=None):
+        self.rescale_grad = rescale_grad
+        self.lr_scheduler = lr_scheduler
+        if self.lr_scheduler is None and learning_rate is None:
+            learning_rate = 0.01
+        self.lr = learning_rate
+        if self.lr_scheduler is not None and learning_rate is not None:
+            if self.lr_scheduler.base_lr != learning_rate:
+                print(UserWarning('learning rate from ``lr_scheduler`` has been '
+                                  'overwritten by ``learning_rate`` in optimizer.'))
+                self.lr_scheduler.base_lr = learning_rate
+        self.wd = wd
+        self.lr_mult = {}
+        self.wd_mult = {}
+        self.begin_num_update = begin_num_update
+        self.num_update = begin_num_update
+        self._all_index_update_counts = {0: {}}
+        self._index_update_count = self._all_index_update_counts[0]
+        self.clip_gradient = clip_gradient
+        self.multi_precision = multi_precision
+        self.aggregate_num = 0
+        if param_idx2name is None:
+            param_idx2name = {}
+        if not isinstance(param_idx2name, dict):
+            raise MXKVUsageError('param_idx2name should be a dict of param indexes to names.')
+        self.idx2name = param_idx2name.copy()
+        if sym is not None:
+            raise MXKVUsageError('mxkv has no Symbol; use set_lr_mult/set_wd_mult')
+        self.sym_info = ()
+        self.param_dict = param_dict if param_dict else {}
+        self.allow_np_array = False
+        self.set_lr_mult({})
+        self.set_wd_mult({})
+
+    @staticmethod
+    def register(klass):
+        """Register an optimizer class under its lower-cased name."""
+        if not isinstance(klass, type):
+            raise MXKVUsageError('register expects a class')
+        name = klass.__name__.lower()
+        if name in Optimizer.opt_registry:
+            warnings.warn('WARNING: New optimizer %s.%s is overriding existing optimizer %s.%s'
+                          % (klass.__module__, klass.__name__,
+                             Optimizer.opt_registry[name].__module__,
+                             Optimizer.opt_registry[name].__name__))
+        Optimizer.opt_registry[name] = klass
+        return klass
+
+    @staticmethod
+    def create_optimizer(name, **kwargs):
+        """Instantiate a registered optimizer by (case-insensitive) name."""
+        if name.lower() in Optimizer.opt_registry:
+            return Optimizer.opt_registry[name.lower()](**kwargs)
+        raise ValueError('Cannot find optimizer %s' % name)
+
+    @property
+    def learning_rate(self):
+        """current learning rate"""
+        if self.lr_scheduler is not None:
+            return self.lr_scheduler(self.num_update)
+        return self.lr
+
+    def create_state(self, index, weight):
+        """Auxiliary state for a weight (None if the optimizer has none)."""
+
+    def create_state_multi_precision(self, index, weight):
+        """create_state, warning about float16 accumulation."""
+        if weight.dtype == np.float16 and self.multi_precision:
+            raise MXKVUsageError('multi_precision is not supported by mxkv optimizers yet')
+        if weight.dtype == np.float16 and not self.multi_precision:
+            warnings.warn('Accumulating with float16 in optimizer can lead to poor accuracy or '
+                          'slow convergence. Consider using multi_precision=True option of the '
+                          'optimizer')
+        return self.create_state(index, weight)
+
+    def update(self, index, weight, grad, state):
+        """Update `weight` in place from `grad` and `state`."""
+        raise NotImplementedError()
+
+    def update_multi_precision(self, index, weight, grad, state):
+        """update (no separate mixed-precision path in mxkv)"""
+        self.update(index, weight, grad, state)
+
+    def set_learning_rate(self, lr):
+        """Set the learning rate (not allowed with an lr_scheduler)."""
+        if self.lr_scheduler is not None:
+            raise UserWarning('LRScheduler of the optimizer has already been defined. Note that '
+                              'set_learning_rate can mutate the value of the learning rate of '
+                              'the optimizer only when the LRScheduler of the optimizer is '
+                              'undefined.')
+        self.lr = lr
+
+    def set_lr_scale(self, args_lrscale):  # pylint: disable=unused-argument
+        """[DEPRECATED]"""
+        raise DeprecationWarning
+
+    def set_lr_mult(self, args_lr_mult):
+        """Per-parameter (index or name) learning-rate multipliers."""
+        self.lr_mult = {}
+        self.lr_mult.update(args_lr_mult)
+
+    def set_wd_mult(self, args_wd_mult):
+        """Per-parameter weight-decay multipliers (names not ending in _weight/_gamma get 0)."""
+        self.wd_mult = {}
+        for name in self.idx2name.values():
+            if not (name.endswith('_weight') or name.endswith('_gamma')):
+                self.wd_mult[name] = 0.0
+        self.wd_mult.update(args_wd_mult)
+
+    def _set_current_context(self, device_id):
+        if device_id not in self._all_index_update_counts:
+            self._all_index_update_counts[device_id] = {}
+        self._index_update_count = self._all_index_update_counts[device_id]
+
+    def _update_count(self, index):
+        for idx in (index if isinstance(index, (list, tuple)) else [index]):
+            if idx not in self._index_update_count:
+                self._index_update_count[idx] = self.begin_num_update
+            self._index_update_count[idx] += 1
+            self.num_update = max(self._index_update_count[idx], self.num_update)
+
+    def _get_lrs(self, indices):
+        lr = self.lr_scheduler(self.num_update) if self.lr_scheduler is not None else self.lr
+        lrs = [lr for _ in indices]
+        for i, index in enumerate(indices):
+            if index in self.param_dict:
+                lrs[i] *= self.param_dict[index].lr_mult
+            elif index in self.lr_mult:
+                lrs[i] *= self.lr_mult[index]
+            elif index in self.idx2name:
+                lrs[i] *= self.lr_mult.get(self.idx2name[index], 1.0)
+        return lrs
+
+    def _get_lr(self, index):
+        return self._get_lrs([index])[0]
+
+    def _get_wds(self, indices):
+        wds = [self.wd for _ in indices]
+        for i, index in enumerate(indices):
+            if index in self.param_dict:
+                wds[i] *= self.param_dict[index].wd_mult
+            elif index in self.wd_mult:
+                wds[i] *= self.wd_mult[index]
+            elif index in self.idx2name:
+                wds[i] *= self.wd_mult.get(self.idx2name[index], 1.0)
+        return wds
+
+    def _get_wd(self, index):
+        return self._get_wds([index])[0]
+
+    def _clip_param(self):
+        """clip_gradient as the operator sees it: only passed when truthy, else -1."""
+        return self.clip_gradient if self.clip_gradient else -1.0
+
+    def __getstate__(self):
+        ret = self.__dict__.copy()
+        del ret['param_dict']
+        return ret
+
+    def __setstate__(self, state):
+        self.__dict__ = state
+        self.param_dict = {}
+
+
+register = Optimizer.register  # pylint: disable=invalid-name
+create = Optimizer.create_optimizer  # pylint: disable=invalid-name
+
+
+@register
+class SGD(Optimizer):
+    """SGD with momentum and weight decay::
+
+        rescaled_grad = lr * (rescale_grad * clip(grad, clip_gradient) + wd * weight)
+        state = momentum * state + rescaled_grad
+        weight = weight - state
+
+    Dense updates use MXNet's aggregated kernel (multi_sgd_update) unless
+    ``MXNET_OPTIMIZER_AGGREGATION_SIZE=0``, exactly like MXNet.
+    """
+    def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
+        super(SGD, self).__init__(**kwargs)
+        self.momentum = momentum
+        self.lazy_update = lazy_update
+        self.aggregate_num = int(os.getenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', '4'))
+
+    def create_state(self, index, weight):
+        if self.momentum != 0.0:
+            return zeros(weight.shape, weight.context, dtype=weight.dtype)
+        return None
+
+    def _update_impl(self, indices, weights, grads, states):
+        if not isinstance(indices, (tuple, list)):
+            indices, weights, grads, states = [indices], [weights], [grads], [states]
+        aggregate = True
+        for weight, grad in zip(weights, grads):
+            if not (isinstance(weight, NDArray) and isinstance(grad, NDArray)):
+                raise MXKVUsageError('SGD.update expects NDArrays')
+            aggregate = aggregate and weight.stype == 'default' and grad.stype == 'default'
+        self._update_count(indices)
+        lrs = self._get_lrs(indices)
+        wds = self._get_wds(indices)
+        momentum = self.momentum if self.momentum > 0 else 0.0
+        clip_g = self._clip_param()
+        for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
+            if aggregate:
+                _multi_sgd_update(weight, grad, state if self.momentum > 0 else None, lr, wd,
+                                  momentum, self.rescale_grad, clip_g)
+            elif state is not None:
+                _sgd_mom_update(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g)
+            else:
+                _sgd_update(weight, grad, lr, wd, self.rescale_grad, clip_g)
+
+    def update(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state)
+
+
+@register
+class Signum(Optimizer):
+    """Signum (sign of momentum) / signSGD (momentum 0)."""
+    def __init__(self, learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs):
+        super(Signum, self).__init__(learning_rate=learning_rate, **kwargs)
+        self.momentum = momentum
+        self.wd_lh = wd_lh
+
+    def create_state(self, index, weight):
+        if self.momentum != 0.0:
+            return zeros(weight.shape, weight.context, dtype=weight.dtype)
+        return None
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        momentum = self.momentum if self.momentum > 0 else 0.0
+        wd_lh = self.wd_lh if self.wd_lh else 0.0
+        if state is not None:
+            _signum_update(weight, grad, state, lr, wd, momentum, self.rescale_grad,
+                           self._clip_param(), wd_lh)
+        else:
+            _signsgd_update(weight, grad, lr, wd, self.rescale_grad, self._clip_param())
+
+
+@register
+class NAG(Optimizer):
+    """Nesterov accelerated gradient."""
+    def __init__(self, momentum=0.0, **kwargs):
+        super(NAG, self).__init__(**kwargs)
+        self.momentum = momentum
+
+    def create_state(self, index, weight):
+        if self.momentum != 0.0:
+            return zeros(weight.shape, weight.context, dtype=weight.dtype)
+        return None
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        if state is not None:
+            _nag_mom_update(weight, grad, state, lr, wd,
+                            self.momentum if self.momentum > 0 else 0.0,
+                            self.rescale_grad, self._clip_param())
+        else:
+            _sgd_update(weight, grad, lr, wd, self.rescale_grad, self._clip_param())
+
+
+@register
+class Adam(Optimizer):
+    """Adam; the bias correction is folded into the learning rate as in MXNet."""
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 lazy_update=True, **kwargs):
+        super(Adam, self).__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+        self.lazy_update = lazy_update
+
+    def create_state(self, index, weight):
+        return (zeros(weight.shape, weight.context, dtype=weight.dtype),   # mean
+                zeros(weight.shape, weight.context, dtype=weight.dtype))   # variance
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        t = self._index_update_count[index]
+        coef1 = 1. - self.beta1**t
+        coef2 = 1. - self.beta2**t
+        lr *= math.sqrt(coef2) / coef1
+        mean, var = state
+        _adam_update(weight, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
+                     self.rescale_grad, self._clip_param())
+
+
+@register
+class AdaGrad(Optimizer):
+    """AdaGrad (computed with elementwise NDArray operations, as MXNet does)."""
+    def __init__(self, eps=1e-7, **kwargs):
+        super(AdaGrad, self).__init__(**kwargs)
+        self.float_stable_eps = eps
+
+    def create_state(self, index, weight):
+        return zeros(weight.shape, weight.context)  # history
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        _check_dense(weight, grad, state)
+        history = state
+        grad = grad * self.rescale_grad
+        if self.clip_gradient is not None:
+            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+        history[:] += square(grad)
+        div = grad / sqrt(history + self.float_stable_eps)
+        weight[:] += (div + weight * wd) * -lr
+
+
+@register
+class RMSProp(Optimizer):
+    """RMSProp (Tieleman & Hinton), or Graves' centered version with centered=True."""
+    def __init__(self, learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8,
+                 centered=False, clip_weights=None, **kwargs):
+        super(RMSProp, self).__init__(learning_rate=learning_rate, **kwargs)
+        self.gamma1 = gamma1
+        self.gamma2 = gamma2
+        self.centered = centered
+        self.epsilon = epsilon
+        self.clip_weights = clip_weights
+
+    def create_state(self, index, weight):
+        if self.centered:
+            return (zeros(weight.shape, weight.context),   # n
+                    zeros(weight.shape, weight.context),   # g
+                    zeros(weight.shape, weight.context))   # delta
+        return (zeros(weight.shape, weight.context),)      # n
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        clip_w = self.clip_weights if self.clip_weights else -1.0
+        if not self.centered:
+            (n,) = state
+            _rmsprop_update(weight, grad, n, lr, wd, self.gamma1, self.epsilon,
+                            self.rescale_grad, self._clip_param(), clip_w)
+        else:
+            n, g, delta = state
+            _rmspropalex_update(weight, grad, n, g, delta, lr, wd, self.gamma1, self.gamma2,
+                                self.epsilon, self.rescale_grad, self._clip_param(), clip_w)
+
+
+@register
+class AdaDelta(Optimizer):
+    """AdaDelta (elementwise NDArray operations, as MXNet does; note that like MXNet it
+    rescales the gradient array in place)."""
+    def __init__(self, rho=0.90, epsilon=1e-5, **kwargs):
+        super(AdaDelta, self).__init__(**kwargs)
+        self.rho = rho
+        self.epsilon = epsilon
+
+    def create_state(self, index, weight):
+        return (zeros(weight.shape, weight.context),   # accumulated g
+                zeros(weight.shape, weight.context))   # accumulated delta
+
+    def update(self, index, weight, grad, state):
+        wd = self._get_wd(index)
+        self._update_count(index)
+        _check_dense(weight, grad)
+        grad *= self.rescale_grad
+        if self.clip_gradient is not None:
+            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+        acc_g, acc_delta = state
+        acc_g[:] *= self.rho
+        acc_g[:] += (1. - self.rho) * grad * grad
+        current_delta = sqrt(acc_delta + self.epsilon) / sqrt(acc_g + self.epsilon) * grad
+        acc_delta[:] *= self.rho
+        acc_delta[:] += (1. - self.rho) * current_delta * current_delta
+        weight[:] -= current_delta + wd * weight
+
+
+@register
+class Test(Optimizer):
+    """weight += rescale_grad * grad; state = weight (for tests)."""
+    def create_state(self, index, weight):
+        return zeros(weight.shape, weight.context)
+
+    def update(self, index, weight, grad, state):
+        weight[:] += grad * self.rescale_grad
+        state[:] = weight
+
+
+class Updater(object):
+    """The callable a KVStore calls: ``updater(key, grad, weight)``; keeps per-key states."""
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.states = {}
+        self.states_synced = {}
+        self.aggregate_updates = optimizer.aggregate_num > 0
+
+    def __call__(self, index, grad, weight):
+        if not isinstance(index, (list, tuple)):
+            indices, grads, weights = [index], [grad], [weight]
+        else:
+            indices, grads, weights = list(index), list(grad), list(weight)
+        if weights:
+            self.optimizer._set_current_context(weights[0].context.device_id)
+        for i, idx in enumerate(indices):
+            if isinstance(idx, bytes):  # str keys arrive as bytes from the C callback
+                indices[i] = idx = py_str(idx)
+            if idx not in self.states:
+                self.states[idx] = self.optimizer.create_state_multi_precision(idx, weights[i])
+                self.states_synced[idx] = True
+            elif not self.states_synced[idx]:
+                self.states[idx] = self.sync_state_context(self.states[idx], weights[i].context)
+                self.states_synced[idx] = True
+        if self.aggregate_updates:
+            by_type = {}
+            for i, w, g in zip(indices, weights, grads):
+                by_type.setdefault(w.dtype, []).append((i, w, g))
+            step = self.optimizer.aggregate_num
+            for group in by_type.values():
+                idxs, ws, gs = zip(*group)
+                for start in range(0, len(idxs), step):
+                    self.optimizer.update_multi_precision(
+                        list(idxs[start:start + step]), list(ws[start:start + step]),
+                        list(gs[start:start + step]),
+                        [self.states[j] for j in idxs[start:start + step]])
+        else:
+            for i, w, g in zip(indices, weights, grads):
+                self.optimizer.update_multi_precision(i, w, g, self.states[i])
+
+    def sync_state_context(self, state, context):
+        """Move states onto `context` (after loading them)."""
+        if isinstance(state, NDArray):
+            return state.as_in_context(context)
+        if isinstance(state, (tuple, list)):
+            synced = [self.sync_state_context(i, context) for i in state]
+            return tuple(synced) if isinstance(state, tuple) else synced
+        return state
+
+    def set_states(self, states):
+        """Restore what get_states returned."""
+        states = pickle.loads(states)
+        if isinstance(states, tuple) and len(states) == 2:
+            self.states, self.optimizer = states
+        else:
+            self.states = states
+        self.states_synced = dict.fromkeys(self.states.keys(), False)
+
+    def get_states(self, dump_optimizer=False):
+        """Pickled states (and optimizer, if asked)."""
+        return pickle.dumps((self.states, self.optimizer) if dump_optimizer else self.states)
+
+
+def get_updater(optimizer):
+    """The KVStore updater that applies `optimizer`."""
+    return Updater(optimizer)

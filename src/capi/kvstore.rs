@@ -1,0 +1,404 @@
+//! `MXKVStore*`, in the order of MXNet's `c_api.h`. Each export converts its
+//! arguments, makes one store call and maps the result.
+
+use super::args::{
+    cstr, cstrs, int_keys, kvstore, ndarrays, new_handle, str_keys, write_out, KeyArgs, KvHandle,
+    KVSTORES,
+};
+use super::boundary::api_call;
+use super::{
+    mx_uint, KVStoreHandle, MXKVStoreServerController, MXKVStoreStrUpdater, MXKVStoreUpdater,
+    NDArrayHandle,
+};
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+use crate::store::{self, Updater};
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+/// Creates a store. `type` is matched by substring, as MXNet does:
+/// `dist…` (distributed), `nccl` (refused: no NCCL), anything else local,
+/// with device communication when it contains `device`.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStoreHandle) -> c_int {
+    api_call("MXKVStoreCreate", || {
+        // SAFETY: `type_` is NULL (checked) or a C string, per the contract.
+        let name = unsafe { cstr(type_, "type")? };
+        if out.is_null() {
+            return Err(Error::new("out (output pointer) is NULL"));
+        }
+        let store = store::create(name)?;
+        let type_c = CString::new(store.type_name()).expect("came from a C string");
+        let h = KVSTORES.insert(Arc::new(KvHandle { store, type_c }));
+        // SAFETY: `out` is non-NULL and writable, per the contract.
+        unsafe { write_out(out, h as KVStoreHandle, "out") }
+    })
+}
+
+/// Sets gradient compression from `num_params` key/value strings
+/// (`type`, `threshold`).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
+    handle: KVStoreHandle,
+    num_params: u32,
+    keys: *mut *const c_char,
+    vals: *mut *const c_char,
+) -> c_int {
+    api_call("MXKVStoreSetGradientCompression", || {
+        let kv = kvstore(handle)?;
+        // SAFETY: both arrays hold `num_params` strings, per the contract.
+        let (k, v) = unsafe {
+            (
+                cstrs(keys, num_params as usize, "keys")?,
+                cstrs(vals, num_params as usize, "vals")?,
+            )
+        };
+        let params: Vec<(Vec<u8>, Vec<u8>)> = k
+            .into_iter()
+            .zip(v)
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        kv.store.set_gradient_compression(&params)
+    })
+}
+
+/// Frees a store. NULL is accepted (as in MXNet); a stale handle is an error.
+/// Values already pulled stay valid; calls in flight on other threads finish.
+#[no_mangle]
+pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
+    api_call("MXKVStoreFree", || {
+        if handle.is_null() {
+            return Ok(());
+        }
+        KVSTORES
+            .remove(handle as usize)
+            .map(drop)
+            .map_err(|e| Error::new(format!("KVStoreHandle {e}")))
+    })
+}
+
+fn init(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, num: u32) -> c_int {
+    api_call(name, || {
+        let kv = kvstore(handle)?;
+        let keys = keys?;
+        // SAFETY: `vals` holds `num` handles, per the contract.
+        let vals = unsafe { ndarrays(vals, num as usize, "vals")? };
+        kv.store.init(keys.keys(), &vals)
+    })
+}
+
+/// Initialises `num` int keys with copies of `vals`. All or nothing.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
+    // SAFETY: `keys` holds `num` ints, per the contract.
+    init("MXKVStoreInit", handle, unsafe { int_keys(keys, num, "keys") }, vals, num)
+}
+
+/// Initialises `num` string keys with copies of `vals`. All or nothing.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
+    // SAFETY: `keys` holds `num` strings, per the contract.
+    init("MXKVStoreInitEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num)
+}
+
+fn push(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, num: u32, priority: c_int) -> c_int {
+    api_call(name, || {
+        let kv = kvstore(handle)?;
+        let keys = keys?;
+        // SAFETY: `vals` holds `num` handles, per the contract.
+        let vals = unsafe { ndarrays(vals, num as usize, "vals")? };
+        kv.store.push(keys.keys(), &vals, priority)
+    })
+}
+
+/// Pushes `num` values; values of one key are summed, then applied by the
+/// updater (default: assign). The values are copied, never kept.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `keys` holds `num` ints, per the contract.
+    push("MXKVStorePush", handle, unsafe { int_keys(keys, num, "keys") }, vals, num, priority)
+}
+
+/// String-key form of [`MXKVStorePush`].
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePushEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `keys` holds `num` strings, per the contract.
+    push("MXKVStorePushEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num, priority)
+}
+
+fn pull(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, num: u32, priority: c_int, ignore_sparse: bool) -> c_int {
+    api_call(name, || {
+        let kv = kvstore(handle)?;
+        let keys = keys?;
+        // SAFETY: `vals` holds `num` handles, per the contract.
+        let outs = unsafe { ndarrays(vals, num as usize, "vals")? };
+        kv.store.pull(keys.keys(), &outs, priority, ignore_sparse)
+    })
+}
+
+/// Pulls into `num` preallocated outputs (any dtype; converted). With
+/// `ignore_sparse`, sparse outputs are skipped.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePullWithSparse(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int, ignore_sparse: bool) -> c_int {
+    // SAFETY: `keys` holds `num` ints, per the contract.
+    pull("MXKVStorePullWithSparse", handle, unsafe { int_keys(keys, num, "keys") }, vals, num, priority, ignore_sparse)
+}
+
+/// String-key form of [`MXKVStorePullWithSparse`].
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePullWithSparseEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int, ignore_sparse: bool) -> c_int {
+    // SAFETY: `keys` holds `num` strings, per the contract.
+    pull("MXKVStorePullWithSparseEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num, priority, ignore_sparse)
+}
+
+/// [`MXKVStorePullWithSparse`] with `ignore_sparse = true`.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `keys` holds `num` ints, per the contract.
+    pull("MXKVStorePull", handle, unsafe { int_keys(keys, num, "keys") }, vals, num, priority, true)
+}
+
+/// [`MXKVStorePullWithSparseEx`] with `ignore_sparse = true`.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePullEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `keys` holds `num` strings, per the contract.
+    pull("MXKVStorePullEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num, priority, true)
+}
+
+fn pull_row_sparse(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, row_ids: *const NDArrayHandle, num: u32, priority: c_int) -> c_int {
+    api_call(name, || {
+        let kv = kvstore(handle)?;
+        let keys = keys?;
+        // SAFETY: both arrays hold `num` handles, per the contract.
+        let (outs, rows) = unsafe {
+            (
+                ndarrays(vals, num as usize, "vals")?,
+                ndarrays(row_ids, num as usize, "row_ids")?,
+            )
+        };
+        kv.store.pull_row_sparse(keys.keys(), &outs, &rows, priority)
+    })
+}
+
+/// Pulls the rows `row_ids[i]` of row_sparse keys into row_sparse outputs.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePullRowSparse(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, row_ids: *const NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `keys` holds `num` ints, per the contract.
+    pull_row_sparse("MXKVStorePullRowSparse", handle, unsafe { int_keys(keys, num, "keys") }, vals, row_ids, num, priority)
+}
+
+/// String-key form of [`MXKVStorePullRowSparse`].
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePullRowSparseEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, row_ids: *const NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `keys` holds `num` strings, per the contract.
+    pull_row_sparse("MXKVStorePullRowSparseEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, row_ids, num, priority)
+}
+
+/// Which two-phase operation [`two_phase`] runs.
+#[derive(Clone, Copy)]
+enum TwoPhase {
+    Broadcast,
+    PushPull,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn two_phase(
+    name: &'static str,
+    op: TwoPhase,
+    handle: KVStoreHandle,
+    vkeys: Result<KeyArgs<'_>>,
+    vnum: u32,
+    okeys: Result<KeyArgs<'_>>,
+    onum: u32,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call(name, || {
+        let kv = kvstore(handle)?;
+        let (vkeys, okeys) = (vkeys?, okeys?);
+        // SAFETY: `vals` holds `vnum` handles and `outs` holds `onum`, per the contract.
+        let (vals, outs) = unsafe {
+            (
+                ndarrays(vals, vnum as usize, "vals")?,
+                ndarrays(outs, onum as usize, "outs")?,
+            )
+        };
+        match op {
+            TwoPhase::Broadcast => kv.store.broadcast(vkeys.keys(), &vals, okeys.keys(), &outs, priority),
+            TwoPhase::PushPull => kv.store.push_pull(vkeys.keys(), &vals, okeys.keys(), &outs, priority),
+        }
+    })
+}
+
+/// Init `vkeys` with `vals`, then pull `okeys` into `outs`. All or nothing.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreBroadcast(handle: KVStoreHandle, vnum: mx_uint, vkeys: *const c_int, onum: mx_uint, okeys: *const c_int, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `vkeys` holds `vnum` ints and `okeys` holds `onum`, per the contract.
+    let (vk, ok) = unsafe { (int_keys(vkeys, vnum, "vkeys"), int_keys(okeys, onum, "okeys")) };
+    two_phase("MXKVStoreBroadcast", TwoPhase::Broadcast, handle, vk, vnum, ok, onum, vals, outs, priority)
+}
+
+/// String-key form of [`MXKVStoreBroadcast`].
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreBroadcastEx(handle: KVStoreHandle, vnum: mx_uint, vkeys: *mut *const c_char, onum: mx_uint, okeys: *mut *const c_char, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `vkeys` holds `vnum` strings and `okeys` holds `onum`, per the contract.
+    let (vk, ok) = unsafe { (str_keys(vkeys, vnum, "vkeys"), str_keys(okeys, onum, "okeys")) };
+    two_phase("MXKVStoreBroadcastEx", TwoPhase::Broadcast, handle, vk, vnum, ok, onum, vals, outs, priority)
+}
+
+/// Push `vals` to `vkeys`, then pull `okeys` into `outs` (which may be the
+/// pushed arrays). The outputs are checked before anything is pushed.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePushPull(handle: KVStoreHandle, vnum: mx_uint, vkeys: *const c_int, onum: mx_uint, okeys: *const c_int, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `vkeys` holds `vnum` ints and `okeys` holds `onum`, per the contract.
+    let (vk, ok) = unsafe { (int_keys(vkeys, vnum, "vkeys"), int_keys(okeys, onum, "okeys")) };
+    two_phase("MXKVStorePushPull", TwoPhase::PushPull, handle, vk, vnum, ok, onum, vals, outs, priority)
+}
+
+/// String-key form of [`MXKVStorePushPull`].
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStorePushPullEx(handle: KVStoreHandle, vnum: mx_uint, vkeys: *mut *const c_char, onum: mx_uint, okeys: *mut *const c_char, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+    // SAFETY: `vkeys` holds `vnum` strings and `okeys` holds `onum`, per the contract.
+    let (vk, ok) = unsafe { (str_keys(vkeys, vnum, "vkeys"), str_keys(okeys, onum, "okeys")) };
+    two_phase("MXKVStorePushPullEx", TwoPhase::PushPull, handle, vk, vnum, ok, onum, vals, outs, priority)
+}
+
+/// An updater made of C callbacks. Each call hands the callee two new
+/// handles (`recv`, `local`) that the callee owns and frees.
+struct CUpdater {
+    int_fn: MXKVStoreUpdater,
+    str_fn: Option<MXKVStoreStrUpdater>,
+    /// The caller's `updater_handle`, passed back unchanged.
+    user: usize,
+}
+
+impl Updater for CUpdater {
+    fn update(&self, key: i32, str_key: Option<&[u8]>, recv: &NDArray, local: &NDArray) {
+        let r = new_handle(recv.clone());
+        let l = new_handle(local.clone());
+        let user = self.user as *mut c_void;
+        match (str_key, self.str_fn) {
+            (Some(s), Some(f)) => {
+                let c = CString::new(s).expect("string keys come from C strings");
+                // SAFETY: `f` is the caller's callback with MXNet's signature;
+                // the string lives for the call and the handles are new.
+                unsafe { f(c.as_ptr(), r, l, user) }
+            }
+            // SAFETY: as above, for the int callback.
+            _ => unsafe { (self.int_fn)(key, r, l, user) },
+        }
+    }
+}
+
+fn set_updater(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, str_updater: Option<MXKVStoreStrUpdater>, updater_handle: *mut c_void) -> Result<()> {
+    let kv = kvstore(handle)?;
+    let int_fn = updater.ok_or_else(|| Error::new("updater is NULL (a NULL callback would crash MXNet at the next push)"))?;
+    kv.store.set_updater(Some(Arc::new(CUpdater {
+        int_fn,
+        str_fn: str_updater,
+        user: updater_handle as usize,
+    })));
+    Ok(())
+}
+
+/// Sets the int-key updater; it replaces any earlier updater. On a
+/// string-keyed store it is called with internal ids (registration order).
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, updater_handle: *mut c_void) -> c_int {
+    api_call("MXKVStoreSetUpdater", || set_updater(handle, updater, None, updater_handle))
+}
+
+/// Sets both updaters. `str_updater` may be NULL: string keys then reach
+/// `updater` as internal ids.
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetUpdaterEx(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, str_updater: Option<MXKVStoreStrUpdater>, updater_handle: *mut c_void) -> c_int {
+    api_call("MXKVStoreSetUpdaterEx", || set_updater(handle, updater, str_updater, updater_handle))
+}
+
+/// The store's type string (lower-cased), valid until `MXKVStoreFree`.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, type_: *mut *const c_char) -> c_int {
+    api_call("MXKVStoreGetType", || {
+        let kv = kvstore(handle)?;
+        // The pointer stays valid while the handle is live: the registry
+        // keeps the `KvHandle` (and its string) until `MXKVStoreFree`.
+        let p = kv.type_c.as_ptr();
+        // SAFETY: `type_` is NULL (checked) or writable, per the contract.
+        unsafe { write_out(type_, p, "type") }
+    })
+}
+
+/// This node's rank (0 for local stores).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    api_call("MXKVStoreGetRank", || {
+        let r = kvstore(handle)?.store.rank();
+        // SAFETY: `ret` is NULL (checked) or writable, per the contract.
+        unsafe { write_out(ret, r, "ret") }
+    })
+}
+
+/// The number of workers (1 for local stores).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    api_call("MXKVStoreGetGroupSize", || {
+        let n = kvstore(handle)?.store.group_size();
+        // SAFETY: `ret` is NULL (checked) or writable, per the contract.
+        unsafe { write_out(ret, n, "ret") }
+    })
+}
+
+/// Waits until all workers reach the barrier (no-op for local stores).
+#[no_mangle]
+pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
+    api_call("MXKVStoreBarrier", || kvstore(handle)?.store.barrier())
+}
+
+/// Whether workers meet at a barrier before exit (dist stores).
+#[no_mangle]
+pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
+    api_call("MXKVStoreSetBarrierBeforeExit", || {
+        kvstore(handle)?.store.set_barrier_before_exit(barrier_before_exit != 0)
+    })
+}
+
+/// Runs the server loop (dist servers); local stores return at once.
+#[no_mangle]
+pub extern "C" fn MXKVStoreRunServer(handle: KVStoreHandle, controller: Option<MXKVStoreServerController>, controller_handle: *mut c_void) -> c_int {
+    api_call("MXKVStoreRunServer", || {
+        let kv = kvstore(handle)?;
+        let user = controller_handle as usize;
+        let mut call = |head: i32, body: &[u8]| {
+            if let Some(f) = controller {
+                let body = CString::new(body.to_vec()).unwrap_or_default();
+                // SAFETY: the caller's controller with MXNet's signature; the
+                // body string lives for the call.
+                unsafe { f(head, body.as_ptr(), user as *mut c_void) }
+            }
+        };
+        kv.store.run_server(&mut call)
+    })
+}
+
+/// Sends a command to the servers (no-op for local stores).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
+    api_call("MXKVStoreSendCommmandToServers", || {
+        let kv = kvstore(handle)?;
+        // SAFETY: NULL (checked) or a C string, per the contract.
+        let body = unsafe { cstr(cmd_body, "cmd_body")? };
+        kv.store.send_command_to_servers(cmd_id, body)
+    })
+}
+
+/// The number of dead nodes in `node_id`'s group (0 for local stores).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
+    api_call("MXKVStoreGetNumDeadNode", || {
+        let n = kvstore(handle)?.store.num_dead_nodes(node_id, timeout_sec)?;
+        // SAFETY: `number` is NULL (checked) or writable, per the contract.
+        unsafe { write_out(number, n, "number") }
+    })
+}

@@ -1,0 +1,15 @@
+//! libmxkv: Apache MXNet 1.9.1's KVStore, reimplemented in Rust and exported
+//! through MXNet's C API (`MXKVStore*`, the NDArray functions a binding
+//! needs, `MXGetLastError`).
+//!
+//! Layers: [`capi`] is the only module with `extern "C"`, raw pointers and
+//! `unsafe`; [`store`], [`ndarray`], [`registry`] and [`psenv`] are safe Rust.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod error;
+pub mod ndarray;
+pub mod psenv;
+pub mod registry;
+pub mod store;
+
+pub mod capi;

@@ -1,0 +1,186 @@
+//! Elementwise kernels over raw buffers: dtype conversion and the two
+//! summation orders of MXNet's communicators. Work is split over elements
+//! (rayon) and never reorders the inputs of one element, so every result is
+//! bit-identical to a serial run.
+
+use super::dtype::{convert, DType, Elem};
+use rayon::prelude::*;
+
+/// Elements handled per block: one pass over all inputs per block, with the
+/// output block staying in cache.
+const BLOCK: usize = 4096;
+/// Below this many elements a kernel runs on the calling thread.
+const PAR_MIN: usize = 1 << 16;
+
+/// How several values of one key are summed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SumOrder {
+    /// MXNet's `CommCPU`: `m = v0; m += (v1+v2+v3+v4); m += (v5+…)`.
+    GroupsOfFour,
+    /// MXNet's `CommDevice`: plain left to right.
+    LeftToRight,
+}
+
+/// Converts `src` (elements of `sdt`) into `dst` (elements of `ddt`).
+pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
+    if sdt == ddt {
+        copy_bytes(src, dst);
+        return;
+    }
+    crate::with_dtype!(sdt, S => crate::with_dtype!(ddt, D => {
+        let s: &[S] = bytemuck::cast_slice(src);
+        let d: &mut [D] = bytemuck::cast_slice_mut(dst);
+        if d.len() >= PAR_MIN {
+            d.par_chunks_mut(BLOCK)
+                .zip(s.par_chunks(BLOCK))
+                .for_each(|(d, s)| convert(s, d));
+        } else {
+            convert(s, d);
+        }
+    }))
+}
+
+/// `dst.copy_from_slice(src)`, in parallel for large buffers.
+pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
+    const PAR_BYTES: usize = 1 << 20;
+    if dst.len() >= 4 * PAR_BYTES {
+        dst.par_chunks_mut(PAR_BYTES)
+            .zip(src.par_chunks(PAR_BYTES))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// Sums `inputs` (all of element type `dtype`, same length as `out`) into
+/// `out` in the given order. `inputs` must not be empty.
+pub fn sum_bytes(dtype: DType, inputs: &[&[u8]], out: &mut [u8], order: SumOrder) {
+    crate::with_dtype!(dtype, T => {
+        let ins: Vec<&[T]> = inputs.iter().map(|b| bytemuck::cast_slice(b)).collect();
+        sum::<T>(&ins, bytemuck::cast_slice_mut(out), order)
+    })
+}
+
+/// Typed form of [`sum_bytes`].
+pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
+    assert!(!inputs.is_empty());
+    let n = out.len();
+    let run = |start: usize, out: &mut [T]| {
+        let end = start + out.len();
+        let block: Vec<&[T]> = inputs.iter().map(|v| &v[start..end]).collect();
+        sum_block(&block, out, order);
+    };
+    if n >= PAR_MIN {
+        out.par_chunks_mut(BLOCK)
+            .enumerate()
+            .for_each(|(i, o)| run(i * BLOCK, o));
+    } else {
+        for (i, o) in out.chunks_mut(BLOCK).enumerate() {
+            run(i * BLOCK, o);
+        }
+    }
+}
+
+fn sum_block<T: Elem>(v: &[&[T]], out: &mut [T], order: SumOrder) {
+    out.copy_from_slice(v[0]);
+    match order {
+        SumOrder::LeftToRight => {
+            for x in &v[1..] {
+                for (o, &a) in out.iter_mut().zip(x.iter()) {
+                    *o = o.add(a);
+                }
+            }
+        }
+        SumOrder::GroupsOfFour => {
+            for g in v[1..].chunks(4) {
+                match g {
+                    [a] => {
+                        for (o, &a) in out.iter_mut().zip(a.iter()) {
+                            *o = o.add(a);
+                        }
+                    }
+                    [a, b] => {
+                        for ((o, &a), &b) in out.iter_mut().zip(a.iter()).zip(b.iter()) {
+                            *o = o.add(a.add(b));
+                        }
+                    }
+                    [a, b, c] => {
+                        for (((o, &a), &b), &c) in
+                            out.iter_mut().zip(a.iter()).zip(b.iter()).zip(c.iter())
+                        {
+                            *o = o.add(a.add(b).add(c));
+                        }
+                    }
+                    [a, b, c, d] => {
+                        for ((((o, &a), &b), &c), &d) in out
+                            .iter_mut()
+                            .zip(a.iter())
+                            .zip(b.iter())
+                            .zip(c.iter())
+                            .zip(d.iter())
+                        {
+                            *o = o.add(a.add(b).add(c).add(d));
+                        }
+                    }
+                    _ => unreachable!("chunks(4) yields 1 to 4 items"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    #[test]
+    fn order_sensitive_float_sums() {
+        let a = [1.0f32];
+        let b = [1e8f32];
+        let c = [-1e8f32];
+        let mut out = [0f32];
+        sum(&[&a, &b, &c], &mut out, SumOrder::GroupsOfFour);
+        assert_eq!(out[0], 1.0); // 1 + (1e8 + -1e8)
+        sum(&[&a, &b, &c], &mut out, SumOrder::LeftToRight);
+        assert_eq!(out[0], 0.0); // (1 + 1e8) + -1e8
+        let v = [[1e8f32], [1.0], [1.0], [-1e8], [1.0]];
+        let ins: Vec<&[f32]> = v.iter().map(|x| &x[..]).collect();
+        sum(&ins, &mut out, SumOrder::GroupsOfFour);
+        assert_eq!(out[0], 0.0);
+        sum(&ins, &mut out, SumOrder::LeftToRight);
+        assert_eq!(out[0], 1.0);
+    }
+
+    #[test]
+    fn parallel_sum_equals_serial() {
+        let n = PAR_MIN * 3 + 17;
+        let ins: Vec<Vec<f32>> = (0..7)
+            .map(|k| (0..n).map(|i| ((i * 31 + k * 7) % 97) as f32 * 1.37e-3 + k as f32 * 1e5).collect())
+            .collect();
+        let refs: Vec<&[f32]> = ins.iter().map(|v| &v[..]).collect();
+        for order in [SumOrder::GroupsOfFour, SumOrder::LeftToRight] {
+            let mut par = vec![0f32; n];
+            sum(&refs, &mut par, order);
+            let mut ser = vec![0f32; n];
+            for (i, o) in ser.chunks_mut(n).enumerate() {
+                let block: Vec<&[f32]> = refs.iter().map(|v| &v[i * n..i * n + n]).collect();
+                sum_block(&block, o, order);
+            }
+            assert!(par.iter().zip(&ser).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+
+    #[test]
+    fn conversions() {
+        let src: Vec<u8> = bytemuck::cast_slice(&[1.5f32, -2.5, 65520.0]).to_vec();
+        let mut dst = vec![0u8; 6];
+        convert_bytes(DType::F32, &src, DType::F16, &mut dst);
+        let h: &[f16] = bytemuck::cast_slice(&dst);
+        assert_eq!(h[0].to_f32(), 1.5);
+        assert!(h[2].is_infinite());
+        let mut ints = vec![0u8; 12];
+        convert_bytes(DType::F32, &src, DType::I32, &mut ints);
+        assert_eq!(bytemuck::cast_slice::<u8, i32>(&ints), &[1, -2, 65520]);
+    }
+}

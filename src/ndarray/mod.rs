@@ -1,0 +1,479 @@
+//! NDArrays as the store sees them: a shape, an element type, a CPU context
+//! and a buffer behind a lock. Handles share one array through `Arc`, the way
+//! MXNet's NDArray handles share a chunk.
+#![forbid(unsafe_code)]
+
+pub mod dtype;
+pub mod kernels;
+pub mod params;
+
+use crate::error::{Error, Result};
+use crate::{bail, ensure};
+use dtype::DType;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::fmt;
+use std::sync::Arc;
+
+/// Device type codes of MXNet's `Context`.
+pub const DEV_CPU: i32 = 1;
+pub const DEV_GPU: i32 = 2;
+pub const DEV_CPU_PINNED: i32 = 3;
+pub const DEV_CPU_SHARED: i32 = 5;
+
+/// Where an array lives. Only CPU kinds exist in this build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Context {
+    pub dev_type: i32,
+    pub dev_id: i32,
+}
+
+impl Context {
+    pub const CPU0: Context = Context {
+        dev_type: DEV_CPU,
+        dev_id: 0,
+    };
+    pub const PINNED0: Context = Context {
+        dev_type: DEV_CPU_PINNED,
+        dev_id: 0,
+    };
+
+    /// Checks a context given by a caller, refusing GPUs as MXNet's CPU build does.
+    pub fn new(dev_type: i32, dev_id: i32) -> Result<Context> {
+        match dev_type {
+            DEV_CPU | DEV_CPU_PINNED | DEV_CPU_SHARED => {}
+            DEV_GPU => bail!("Compile with USE_CUDA=1 to enable GPU usage"),
+            _ => bail!("unknown device type {dev_type} (cpu 1, gpu 2, cpu_pinned 3, cpu_shared 5)"),
+        }
+        ensure!(dev_id >= 0, "invalid device id {dev_id}");
+        Ok(Context { dev_type, dev_id })
+    }
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.dev_type {
+            DEV_CPU => "cpu",
+            DEV_GPU => "gpu",
+            DEV_CPU_PINNED => "cpu_pinned",
+            _ => "cpu_shared",
+        };
+        write!(f, "{name}({})", self.dev_id)
+    }
+}
+
+/// MXNet's storage type codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageType {
+    Undefined = -1,
+    Default = 0,
+    RowSparse = 1,
+    Csr = 2,
+}
+
+impl StorageType {
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// A shape, printed the way MXNet prints `TShape`: `[2,3]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shape(pub Vec<i64>);
+
+impl Shape {
+    pub fn size(&self) -> usize {
+        self.0.iter().map(|&d| d as usize).product()
+    }
+    pub fn dims(&self) -> &[i64] {
+        &self.0
+    }
+    pub fn ndim(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Largest array we agree to allocate (bytes): beyond this a caller's shape is
+/// almost surely garbage, and allocation failure would abort the process.
+pub const MAX_BYTES: usize = 1 << 40;
+
+/// An 8-byte-aligned byte buffer, zero-initialised.
+pub struct Buffer {
+    words: Vec<u64>,
+    nbytes: usize,
+}
+
+impl Buffer {
+    pub fn zeroed(nbytes: usize) -> Result<Buffer> {
+        ensure!(
+            nbytes <= MAX_BYTES,
+            "array of {nbytes} bytes is larger than this library allocates ({MAX_BYTES})"
+        );
+        let nwords = nbytes.div_ceil(8);
+        let mut words = Vec::new();
+        words
+            .try_reserve_exact(nwords)
+            .map_err(|_| Error::new(format!("out of memory allocating {nbytes} bytes")))?;
+        words.resize(nwords, 0u64);
+        Ok(Buffer { words, nbytes })
+    }
+
+    pub fn len(&self) -> usize {
+        self.nbytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nbytes == 0
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.nbytes]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.nbytes]
+    }
+
+    pub fn typed<T: bytemuck::Pod>(&self) -> &[T] {
+        bytemuck::cast_slice(self.bytes())
+    }
+
+    pub fn typed_mut<T: bytemuck::Pod>(&mut self) -> &mut [T] {
+        bytemuck::cast_slice_mut(self.bytes_mut())
+    }
+
+    /// The buffer's address, for `MXNDArrayGetData`. It stays valid for the
+    /// array's lifetime: buffers are never reallocated.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.words.as_mut_ptr().cast()
+    }
+}
+
+struct Inner {
+    shape: Shape,
+    dtype: DType,
+    ctx: Context,
+    stype: StorageType,
+    data: RwLock<Buffer>,
+}
+
+/// A shared handle to one array. Cloning shares the storage.
+#[derive(Clone)]
+pub struct NDArray {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for NDArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NDArray({} {} {})",
+            self.inner.shape,
+            self.inner.dtype.name(),
+            self.inner.ctx
+        )
+    }
+}
+
+impl NDArray {
+    /// A dense array of zeros.
+    pub fn zeros(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
+        for &d in shape.dims() {
+            ensure!(d >= 0, "negative dimension {d} in shape {shape}");
+        }
+        let nbytes = shape
+            .dims()
+            .iter()
+            .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
+            .ok_or_else(|| Error::new(format!("shape {shape} is too large")))?;
+        Ok(NDArray::from_parts(
+            shape,
+            dtype,
+            ctx,
+            StorageType::Default,
+            Buffer::zeroed(nbytes)?,
+        ))
+    }
+
+    /// A dense array holding `bytes` (length must match).
+    pub fn from_bytes(shape: Shape, dtype: DType, ctx: Context, bytes: &[u8]) -> Result<NDArray> {
+        let a = NDArray::zeros(shape, dtype, ctx)?;
+        a.copy_from_bytes(bytes)?;
+        Ok(a)
+    }
+
+    /// An array with no shape and no storage (`MXNDArrayCreateNone`).
+    pub fn none() -> NDArray {
+        NDArray::from_parts(
+            Shape::default(),
+            DType::F32,
+            Context::CPU0,
+            StorageType::Undefined,
+            Buffer {
+                words: Vec::new(),
+                nbytes: 0,
+            },
+        )
+    }
+
+    fn from_parts(
+        shape: Shape,
+        dtype: DType,
+        ctx: Context,
+        stype: StorageType,
+        buf: Buffer,
+    ) -> NDArray {
+        NDArray {
+            inner: Arc::new(Inner {
+                shape,
+                dtype,
+                ctx,
+                stype,
+                data: RwLock::new(buf),
+            }),
+        }
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.inner.shape
+    }
+    pub fn size(&self) -> usize {
+        self.inner.shape.size()
+    }
+    pub fn dtype(&self) -> DType {
+        self.inner.dtype
+    }
+    pub fn ctx(&self) -> Context {
+        self.inner.ctx
+    }
+    pub fn stype(&self) -> StorageType {
+        self.inner.stype
+    }
+    pub fn is_none(&self) -> bool {
+        self.inner.stype == StorageType::Undefined
+    }
+
+    /// True when both handles share one array.
+    pub fn same(&self, other: &NDArray) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// A stable address used to order lock acquisition.
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, Buffer> {
+        self.inner.data.read_recursive()
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, Buffer> {
+        self.inner.data.write()
+    }
+
+    /// A new array on `ctx` with the same shape and type and a copy of the data.
+    pub fn copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
+        self.ensure_dense("copy")?;
+        let guard = self.read();
+        let mut buf = Buffer::zeroed(guard.len())?;
+        buf.bytes_mut().copy_from_slice(guard.bytes());
+        Ok(NDArray::from_parts(
+            self.shape().clone(),
+            self.dtype(),
+            ctx,
+            StorageType::Default,
+            buf,
+        ))
+    }
+
+    pub fn ensure_dense(&self, what: &str) -> Result<()> {
+        match self.stype() {
+            StorageType::Default => Ok(()),
+            StorageType::Undefined => bail!("cannot {what} an empty NDArray (created with MXNDArrayCreateNone)"),
+            StorageType::RowSparse => bail!("{what} of row_sparse arrays is not supported by this function"),
+            StorageType::Csr => bail!("{what} of csr arrays is not supported by this function"),
+        }
+    }
+
+    /// `MXNDArraySyncCopyFromCPU`: `bytes` must hold exactly the array.
+    pub fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
+        self.ensure_dense("copy into")?;
+        let mut guard = self.write();
+        ensure!(
+            guard.len() == bytes.len(),
+            "Memory size do not match: the array holds {} bytes, the source {}",
+            guard.len(),
+            bytes.len()
+        );
+        guard.bytes_mut().copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// `MXNDArraySyncCopyToCPU`.
+    pub fn copy_to_bytes(&self, out: &mut [u8]) -> Result<()> {
+        self.ensure_dense("copy from")?;
+        let guard = self.read();
+        ensure!(
+            guard.len() == out.len(),
+            "Memory size do not match: the array holds {} bytes, the destination {}",
+            guard.len(),
+            out.len()
+        );
+        out.copy_from_slice(guard.bytes());
+        Ok(())
+    }
+
+    /// Copies `src` into `self`, converting the element type; shapes must be
+    /// equal (MXNet's `CopyFromTo` check and wording).
+    pub fn copy_from(&self, src: &NDArray) -> Result<()> {
+        self.ensure_dense("copy into")?;
+        src.ensure_dense("copy from")?;
+        ensure!(
+            src.shape() == self.shape(),
+            "operands shape mismatch from.shape = {} to.shape={}",
+            src.shape(),
+            self.shape()
+        );
+        if self.same(src) {
+            return Ok(());
+        }
+        let (sg, mut dg) = lock_read_write(src, self);
+        kernels::convert_bytes(src.dtype(), sg.bytes(), self.dtype(), dg.bytes_mut());
+        Ok(())
+    }
+
+    /// Reads the elements as f64 (tests and diagnostics).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        let g = self.read();
+        crate::with_dtype!(self.dtype(), T => g
+            .typed::<T>()
+            .iter()
+            .map(|v| match dtype::Elem::to_wide(*v) {
+                dtype::Wide::I(i) => i as f64,
+                dtype::Wide::U(u) => u as f64,
+                dtype::Wide::F(f) => f,
+            })
+            .collect())
+    }
+}
+
+/// Locks `src` for reading and `dst` for writing, always in address order so
+/// that two threads copying in opposite directions cannot deadlock.
+pub fn lock_read_write<'a>(
+    src: &'a NDArray,
+    dst: &'a NDArray,
+) -> (RwLockReadGuard<'a, Buffer>, RwLockWriteGuard<'a, Buffer>) {
+    debug_assert!(!src.same(dst));
+    if src.addr() < dst.addr() {
+        let s = src.read();
+        (s, dst.write())
+    } else {
+        let d = dst.write();
+        (src.read(), d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(a: &NDArray) -> Vec<f32> {
+        a.read().typed::<f32>().to_vec()
+    }
+
+    #[test]
+    fn zeros_and_copy_with_conversion() {
+        let a = NDArray::from_bytes(
+            Shape(vec![3]),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(&[1.7f32, -2.7, 3.5]),
+        )
+        .unwrap();
+        let b = NDArray::zeros(Shape(vec![3]), DType::I32, Context::CPU0).unwrap();
+        b.copy_from(&a).unwrap();
+        assert_eq!(b.read().typed::<i32>(), &[1, -2, 3]);
+        let c = NDArray::zeros(Shape(vec![2]), DType::F32, Context::CPU0).unwrap();
+        let err = c.copy_from(&a).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "operands shape mismatch from.shape = [3] to.shape=[2]"
+        );
+        assert_eq!(f32s(&c), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn contexts() {
+        assert!(Context::new(2, 0).unwrap_err().message().contains("USE_CUDA"));
+        assert_eq!(Context::new(3, 1).unwrap().to_string(), "cpu_pinned(1)");
+        assert!(Context::new(1, -1).is_err());
+    }
+
+    #[test]
+    fn shape_checks() {
+        assert!(NDArray::zeros(Shape(vec![-1]), DType::F32, Context::CPU0).is_err());
+        assert!(NDArray::zeros(Shape(vec![1 << 40, 1 << 40]), DType::F32, Context::CPU0).is_err());
+        assert_eq!(Shape(vec![2, 3]).to_string(), "[2,3]");
+    }
+}
+
+/// Sums `inputs` (each of `out`'s shape and dtype) into `out` in `order`.
+/// Locks are taken once each, in address order; an input that is `out`
+/// itself is read from a private copy.
+pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> Result<()> {
+    ensure!(!inputs.is_empty(), "nothing to sum");
+    for a in inputs {
+        a.ensure_dense("sum")?;
+        ensure!(
+            a.shape() == out.shape() && a.dtype() == out.dtype(),
+            "operands shape mismatch from.shape = {} to.shape={}",
+            a.shape(),
+            out.shape()
+        );
+    }
+    let owned: Vec<NDArray>;
+    let inputs = if inputs.iter().any(|a| a.same(out)) {
+        owned = inputs
+            .iter()
+            .map(|a| if a.same(out) { a.copy_to_ctx(a.ctx()) } else { Ok(a.clone()) })
+            .collect::<Result<_>>()?;
+        &owned[..]
+    } else {
+        inputs
+    };
+    let mut uniq: Vec<&NDArray> = inputs.iter().collect();
+    uniq.sort_by_key(|a| a.addr());
+    uniq.dedup_by(|a, b| a.same(b));
+    let mut out_guard = None;
+    let mut reads = Vec::with_capacity(uniq.len());
+    for a in uniq {
+        if out_guard.is_none() && out.addr() < a.addr() {
+            out_guard = Some(out.write());
+        }
+        reads.push((a.addr(), a.read()));
+    }
+    let mut out_guard = out_guard.unwrap_or_else(|| out.write());
+    let slices: Vec<&[u8]> = inputs
+        .iter()
+        .map(|a| {
+            let i = reads
+                .binary_search_by_key(&a.addr(), |(addr, _)| *addr)
+                .expect("every input is locked");
+            reads[i].1.bytes()
+        })
+        .collect();
+    kernels::sum_bytes(out.dtype(), &slices, out_guard.bytes_mut(), order);
+    Ok(())
+}

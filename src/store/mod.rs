@@ -1,0 +1,118 @@
+//! The key-value store behind the C API. [`KvStore`] is the one interface
+//! the C layer calls; `local`/`device` stores implement it here, and the
+//! distributed store will implement it too.
+#![forbid(unsafe_code)]
+
+pub mod group;
+pub mod keys;
+pub mod local;
+
+use crate::error::Result;
+use crate::ndarray::NDArray;
+use crate::{bail, psenv};
+use std::sync::Arc;
+
+pub use keys::{KeyKind, Keys};
+
+/// A user's update function: `(key, string key, recv, local)`; it must write
+/// its result into `local`. `str_key` is the caller's string for string-keyed
+/// stores, and `key` the internal id (registration order) there.
+pub trait Updater: Send + Sync {
+    fn update(&self, key: i32, str_key: Option<&[u8]>, recv: &NDArray, local: &NDArray);
+}
+
+impl<F> Updater for F
+where
+    F: Fn(i32, Option<&[u8]>, &NDArray, &NDArray) + Send + Sync,
+{
+    fn update(&self, key: i32, str_key: Option<&[u8]>, recv: &NDArray, local: &NDArray) {
+        self(key, str_key, recv, local)
+    }
+}
+
+/// The operations of a KVStore, as the C API exposes them.
+pub trait KvStore: Send + Sync {
+    /// The lower-cased type string the store was created with.
+    fn type_name(&self) -> &[u8];
+    fn init(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()>;
+    fn push(&self, keys: Keys<'_>, vals: &[NDArray], priority: i32) -> Result<()>;
+    fn pull(&self, keys: Keys<'_>, outs: &[NDArray], priority: i32, ignore_sparse: bool)
+        -> Result<()>;
+    fn pull_row_sparse(
+        &self,
+        keys: Keys<'_>,
+        outs: &[NDArray],
+        row_ids: &[NDArray],
+        priority: i32,
+    ) -> Result<()>;
+    /// `push(vkeys, vals)` then `pull(okeys, outs)`.
+    fn push_pull(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        okeys: Keys<'_>,
+        outs: &[NDArray],
+        priority: i32,
+    ) -> Result<()>;
+    /// `init(vkeys, vals)` then `pull(okeys, outs)`, all or nothing.
+    fn broadcast(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        okeys: Keys<'_>,
+        outs: &[NDArray],
+        priority: i32,
+    ) -> Result<()>;
+    fn set_updater(&self, updater: Option<Arc<dyn Updater>>);
+    fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()>;
+    fn rank(&self) -> i32 {
+        0
+    }
+    fn group_size(&self) -> i32 {
+        1
+    }
+    fn barrier(&self) -> Result<()> {
+        Ok(())
+    }
+    fn set_barrier_before_exit(&self, _barrier: bool) -> Result<()> {
+        Ok(())
+    }
+    fn send_command_to_servers(&self, _cmd_id: i32, _body: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    /// Runs a server loop, calling `controller(head, body)` for commands; a
+    /// non-distributed store returns at once.
+    fn run_server(&self, _controller: &mut dyn FnMut(i32, &[u8])) -> Result<()> {
+        Ok(())
+    }
+    fn num_dead_nodes(&self, _node_id: i32, _timeout_sec: i32) -> Result<i32> {
+        Ok(0)
+    }
+}
+
+/// Creates a store from MXNet's type string: lower-cased, then matched by
+/// substring (`dist`, then `nccl`, else local; `device` picks device comm).
+pub fn create(type_str: &[u8]) -> Result<Arc<dyn KvStore>> {
+    let name = type_str.to_ascii_lowercase();
+    let has = |s: &[u8]| name.windows(s.len()).any(|w| w == s);
+    let shown = String::from_utf8_lossy(&name).into_owned();
+    if has(b"dist") {
+        let missing = psenv::missing_cluster_vars();
+        if !missing.is_empty() {
+            bail!(
+                "kvstore type \"{shown}\" needs a cluster, but {} not set (set them in the environment or with MXInitPSEnv)",
+                missing
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if missing.len() == 1 { " is" } else { " are" }
+            );
+        }
+        bail!("kvstore type \"{shown}\": the distributed store is not available in this build yet");
+    }
+    if has(b"nccl") {
+        bail!("this build has no NCCL: compile with USE_NCCL=1 to use {shown}");
+    }
+    Ok(Arc::new(local::LocalStore::new(name.clone(), has(b"device"))))
+}
