@@ -5,7 +5,7 @@ use super::{KVStoreHandle, NDArrayHandle};
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
 use crate::registry::Registry;
-use crate::store::{KvStore, Keys};
+use crate::store::{Keys, KvStore};
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int};
 use std::sync::Arc;
@@ -46,7 +46,9 @@ pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize, name: &str) -> Resu
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(Error::new(format!("{name} is NULL but {len} items were announced")));
+        return Err(Error::new(format!(
+            "{name} is NULL but {len} items were announced"
+        )));
     }
     // SAFETY: non-NULL and, by the caller's contract, valid for `len` items.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
@@ -68,7 +70,11 @@ pub(crate) unsafe fn cstr<'a>(ptr: *const c_char, name: &str) -> Result<&'a [u8]
 ///
 /// # Safety
 /// `ptr` is NULL or valid for `len` pointers, each NULL or a NUL-terminated string.
-pub(crate) unsafe fn cstrs<'a>(ptr: *const *const c_char, len: usize, name: &str) -> Result<Vec<&'a [u8]>> {
+pub(crate) unsafe fn cstrs<'a>(
+    ptr: *const *const c_char,
+    len: usize,
+    name: &str,
+) -> Result<Vec<&'a [u8]>> {
     // SAFETY: forwarded contract.
     let ptrs = unsafe { slice(ptr, len, name)? };
     ptrs.iter()
@@ -82,7 +88,11 @@ pub(crate) unsafe fn cstrs<'a>(ptr: *const *const c_char, len: usize, name: &str
 ///
 /// # Safety
 /// `ptr` is NULL or valid for `len` handles.
-pub(crate) unsafe fn ndarrays(ptr: *const NDArrayHandle, len: usize, name: &str) -> Result<Vec<NDArray>> {
+pub(crate) unsafe fn ndarrays(
+    ptr: *const NDArrayHandle,
+    len: usize,
+    name: &str,
+) -> Result<Vec<NDArray>> {
     // SAFETY: forwarded contract.
     let hs = unsafe { slice(ptr, len, name)? };
     hs.iter()
@@ -128,7 +138,11 @@ pub(crate) unsafe fn int_keys<'a>(ptr: *const c_int, len: u32, name: &str) -> Re
 
 /// # Safety
 /// As [`cstrs`].
-pub(crate) unsafe fn str_keys<'a>(ptr: *const *const c_char, len: u32, name: &str) -> Result<KeyArgs<'a>> {
+pub(crate) unsafe fn str_keys<'a>(
+    ptr: *const *const c_char,
+    len: u32,
+    name: &str,
+) -> Result<KeyArgs<'a>> {
     // SAFETY: forwarded contract.
     Ok(KeyArgs::Str(unsafe { cstrs(ptr, len as usize, name)? }))
 }

@@ -14,7 +14,9 @@ pub const MXNET_VERSION: c_int = 10901;
 #[no_mangle]
 pub unsafe extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     // SAFETY: `out` is NULL (checked) or writable, per the contract.
-    api_call("MXGetVersion", || unsafe { write_out(out, MXNET_VERSION, "out") })
+    api_call("MXGetVersion", || unsafe {
+        write_out(out, MXNET_VERSION, "out")
+    })
 }
 
 /// Called by frontends at exit; nothing to do.
@@ -26,12 +28,22 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 /// Records ps-lite environment variables (read before the process
 /// environment by the dist store and the node-role queries).
 #[no_mangle]
-pub unsafe extern "C" fn MXInitPSEnv(num_vars: u32, keys: *mut *const c_char, vals: *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn MXInitPSEnv(
+    num_vars: u32,
+    keys: *mut *const c_char,
+    vals: *mut *const c_char,
+) -> c_int {
     api_call("MXInitPSEnv", || {
         // SAFETY: both arrays hold `num_vars` strings, per the contract.
-        let (k, v) = unsafe { (cstrs(keys, num_vars as usize, "keys")?, cstrs(vals, num_vars as usize, "vals")?) };
+        let (k, v) = unsafe {
+            (
+                cstrs(keys, num_vars as usize, "keys")?,
+                cstrs(vals, num_vars as usize, "vals")?,
+            )
+        };
         let text = |b: &[u8], what: &str| {
-            String::from_utf8(b.to_vec()).map_err(|_| Error::new(format!("{what} is not valid UTF-8")))
+            String::from_utf8(b.to_vec())
+                .map_err(|_| Error::new(format!("{what} is not valid UTF-8")))
         };
         let vars = k
             .iter()

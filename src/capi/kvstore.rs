@@ -78,7 +78,13 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     })
 }
 
-fn init(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, num: u32) -> c_int {
+fn init(
+    name: &'static str,
+    handle: KVStoreHandle,
+    keys: Result<KeyArgs<'_>>,
+    vals: *mut NDArrayHandle,
+    num: u32,
+) -> c_int {
     api_call(name, || {
         let kv = kvstore(handle)?;
         let keys = keys?;
@@ -90,19 +96,48 @@ fn init(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, va
 
 /// Initialises `num` int keys with copies of `vals`. All or nothing.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreInit(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXKVStoreInit(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+) -> c_int {
     // SAFETY: `keys` holds `num` ints, per the contract.
-    init("MXKVStoreInit", handle, unsafe { int_keys(keys, num, "keys") }, vals, num)
+    init(
+        "MXKVStoreInit",
+        handle,
+        unsafe { int_keys(keys, num, "keys") },
+        vals,
+        num,
+    )
 }
 
 /// Initialises `num` string keys with copies of `vals`. All or nothing.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreInitEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXKVStoreInitEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+) -> c_int {
     // SAFETY: `keys` holds `num` strings, per the contract.
-    init("MXKVStoreInitEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num)
+    init(
+        "MXKVStoreInitEx",
+        handle,
+        unsafe { str_keys(keys, num, "keys") },
+        vals,
+        num,
+    )
 }
 
-fn push(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, num: u32, priority: c_int) -> c_int {
+fn push(
+    name: &'static str,
+    handle: KVStoreHandle,
+    keys: Result<KeyArgs<'_>>,
+    vals: *mut NDArrayHandle,
+    num: u32,
+    priority: c_int,
+) -> c_int {
     api_call(name, || {
         let kv = kvstore(handle)?;
         let keys = keys?;
@@ -115,19 +150,53 @@ fn push(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, va
 /// Pushes `num` values; values of one key are summed, then applied by the
 /// updater (default: assign). The values are copied, never kept.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePush(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePush(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `keys` holds `num` ints, per the contract.
-    push("MXKVStorePush", handle, unsafe { int_keys(keys, num, "keys") }, vals, num, priority)
+    push(
+        "MXKVStorePush",
+        handle,
+        unsafe { int_keys(keys, num, "keys") },
+        vals,
+        num,
+        priority,
+    )
 }
 
 /// String-key form of [`MXKVStorePush`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePushEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePushEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `keys` holds `num` strings, per the contract.
-    push("MXKVStorePushEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num, priority)
+    push(
+        "MXKVStorePushEx",
+        handle,
+        unsafe { str_keys(keys, num, "keys") },
+        vals,
+        num,
+        priority,
+    )
 }
 
-fn pull(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, num: u32, priority: c_int, ignore_sparse: bool) -> c_int {
+fn pull(
+    name: &'static str,
+    handle: KVStoreHandle,
+    keys: Result<KeyArgs<'_>>,
+    vals: *mut NDArrayHandle,
+    num: u32,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
     api_call(name, || {
         let kv = kvstore(handle)?;
         let keys = keys?;
@@ -140,33 +209,99 @@ fn pull(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, va
 /// Pulls into `num` preallocated outputs (any dtype; converted). With
 /// `ignore_sparse`, sparse outputs are skipped.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePullWithSparse(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int, ignore_sparse: bool) -> c_int {
+pub unsafe extern "C" fn MXKVStorePullWithSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
     // SAFETY: `keys` holds `num` ints, per the contract.
-    pull("MXKVStorePullWithSparse", handle, unsafe { int_keys(keys, num, "keys") }, vals, num, priority, ignore_sparse)
+    pull(
+        "MXKVStorePullWithSparse",
+        handle,
+        unsafe { int_keys(keys, num, "keys") },
+        vals,
+        num,
+        priority,
+        ignore_sparse,
+    )
 }
 
 /// String-key form of [`MXKVStorePullWithSparse`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePullWithSparseEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int, ignore_sparse: bool) -> c_int {
+pub unsafe extern "C" fn MXKVStorePullWithSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
     // SAFETY: `keys` holds `num` strings, per the contract.
-    pull("MXKVStorePullWithSparseEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num, priority, ignore_sparse)
+    pull(
+        "MXKVStorePullWithSparseEx",
+        handle,
+        unsafe { str_keys(keys, num, "keys") },
+        vals,
+        num,
+        priority,
+        ignore_sparse,
+    )
 }
 
 /// [`MXKVStorePullWithSparse`] with `ignore_sparse = true`.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePull(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePull(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `keys` holds `num` ints, per the contract.
-    pull("MXKVStorePull", handle, unsafe { int_keys(keys, num, "keys") }, vals, num, priority, true)
+    pull(
+        "MXKVStorePull",
+        handle,
+        unsafe { int_keys(keys, num, "keys") },
+        vals,
+        num,
+        priority,
+        true,
+    )
 }
 
 /// [`MXKVStorePullWithSparseEx`] with `ignore_sparse = true`.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePullEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePullEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `keys` holds `num` strings, per the contract.
-    pull("MXKVStorePullEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, num, priority, true)
+    pull(
+        "MXKVStorePullEx",
+        handle,
+        unsafe { str_keys(keys, num, "keys") },
+        vals,
+        num,
+        priority,
+        true,
+    )
 }
 
-fn pull_row_sparse(name: &'static str, handle: KVStoreHandle, keys: Result<KeyArgs<'_>>, vals: *mut NDArrayHandle, row_ids: *const NDArrayHandle, num: u32, priority: c_int) -> c_int {
+fn pull_row_sparse(
+    name: &'static str,
+    handle: KVStoreHandle,
+    keys: Result<KeyArgs<'_>>,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    num: u32,
+    priority: c_int,
+) -> c_int {
     api_call(name, || {
         let kv = kvstore(handle)?;
         let keys = keys?;
@@ -177,22 +312,53 @@ fn pull_row_sparse(name: &'static str, handle: KVStoreHandle, keys: Result<KeyAr
                 ndarrays(row_ids, num as usize, "row_ids")?,
             )
         };
-        kv.store.pull_row_sparse(keys.keys(), &outs, &rows, priority)
+        kv.store
+            .pull_row_sparse(keys.keys(), &outs, &rows, priority)
     })
 }
 
 /// Pulls the rows `row_ids[i]` of row_sparse keys into row_sparse outputs.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePullRowSparse(handle: KVStoreHandle, num: u32, keys: *const c_int, vals: *mut NDArrayHandle, row_ids: *const NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePullRowSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `keys` holds `num` ints, per the contract.
-    pull_row_sparse("MXKVStorePullRowSparse", handle, unsafe { int_keys(keys, num, "keys") }, vals, row_ids, num, priority)
+    pull_row_sparse(
+        "MXKVStorePullRowSparse",
+        handle,
+        unsafe { int_keys(keys, num, "keys") },
+        vals,
+        row_ids,
+        num,
+        priority,
+    )
 }
 
 /// String-key form of [`MXKVStorePullRowSparse`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePullRowSparseEx(handle: KVStoreHandle, num: u32, keys: *mut *const c_char, vals: *mut NDArrayHandle, row_ids: *const NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePullRowSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `keys` holds `num` strings, per the contract.
-    pull_row_sparse("MXKVStorePullRowSparseEx", handle, unsafe { str_keys(keys, num, "keys") }, vals, row_ids, num, priority)
+    pull_row_sparse(
+        "MXKVStorePullRowSparseEx",
+        handle,
+        unsafe { str_keys(keys, num, "keys") },
+        vals,
+        row_ids,
+        num,
+        priority,
+    )
 }
 
 /// Which two-phase operation [`two_phase`] runs.
@@ -226,50 +392,158 @@ fn two_phase(
             )
         };
         match op {
-            TwoPhase::Broadcast => kv.store.broadcast(vkeys.keys(), &vals, okeys.keys(), &outs, priority),
-            TwoPhase::PushPull => kv.store.push_pull(vkeys.keys(), &vals, okeys.keys(), &outs, priority),
+            TwoPhase::Broadcast => {
+                kv.store
+                    .broadcast(vkeys.keys(), &vals, okeys.keys(), &outs, priority)
+            }
+            TwoPhase::PushPull => {
+                kv.store
+                    .push_pull(vkeys.keys(), &vals, okeys.keys(), &outs, priority)
+            }
         }
     })
 }
 
 /// Init `vkeys` with `vals`, then pull `okeys` into `outs`. All or nothing.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreBroadcast(handle: KVStoreHandle, vnum: mx_uint, vkeys: *const c_int, onum: mx_uint, okeys: *const c_int, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStoreBroadcast(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `vkeys` holds `vnum` ints and `okeys` holds `onum`, per the contract.
-    let (vk, ok) = unsafe { (int_keys(vkeys, vnum, "vkeys"), int_keys(okeys, onum, "okeys")) };
-    two_phase("MXKVStoreBroadcast", TwoPhase::Broadcast, handle, vk, vnum, ok, onum, vals, outs, priority)
+    let (vk, ok) = unsafe {
+        (
+            int_keys(vkeys, vnum, "vkeys"),
+            int_keys(okeys, onum, "okeys"),
+        )
+    };
+    two_phase(
+        "MXKVStoreBroadcast",
+        TwoPhase::Broadcast,
+        handle,
+        vk,
+        vnum,
+        ok,
+        onum,
+        vals,
+        outs,
+        priority,
+    )
 }
 
 /// String-key form of [`MXKVStoreBroadcast`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreBroadcastEx(handle: KVStoreHandle, vnum: mx_uint, vkeys: *mut *const c_char, onum: mx_uint, okeys: *mut *const c_char, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStoreBroadcastEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *mut *const c_char,
+    onum: mx_uint,
+    okeys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `vkeys` holds `vnum` strings and `okeys` holds `onum`, per the contract.
-    let (vk, ok) = unsafe { (str_keys(vkeys, vnum, "vkeys"), str_keys(okeys, onum, "okeys")) };
-    two_phase("MXKVStoreBroadcastEx", TwoPhase::Broadcast, handle, vk, vnum, ok, onum, vals, outs, priority)
+    let (vk, ok) = unsafe {
+        (
+            str_keys(vkeys, vnum, "vkeys"),
+            str_keys(okeys, onum, "okeys"),
+        )
+    };
+    two_phase(
+        "MXKVStoreBroadcastEx",
+        TwoPhase::Broadcast,
+        handle,
+        vk,
+        vnum,
+        ok,
+        onum,
+        vals,
+        outs,
+        priority,
+    )
 }
 
 /// Push `vals` to `vkeys`, then pull `okeys` into `outs` (which may be the
 /// pushed arrays). The outputs are checked before anything is pushed.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePushPull(handle: KVStoreHandle, vnum: mx_uint, vkeys: *const c_int, onum: mx_uint, okeys: *const c_int, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePushPull(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `vkeys` holds `vnum` ints and `okeys` holds `onum`, per the contract.
-    let (vk, ok) = unsafe { (int_keys(vkeys, vnum, "vkeys"), int_keys(okeys, onum, "okeys")) };
-    two_phase("MXKVStorePushPull", TwoPhase::PushPull, handle, vk, vnum, ok, onum, vals, outs, priority)
+    let (vk, ok) = unsafe {
+        (
+            int_keys(vkeys, vnum, "vkeys"),
+            int_keys(okeys, onum, "okeys"),
+        )
+    };
+    two_phase(
+        "MXKVStorePushPull",
+        TwoPhase::PushPull,
+        handle,
+        vk,
+        vnum,
+        ok,
+        onum,
+        vals,
+        outs,
+        priority,
+    )
 }
 
 /// String-key form of [`MXKVStorePushPull`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePushPullEx(handle: KVStoreHandle, vnum: mx_uint, vkeys: *mut *const c_char, onum: mx_uint, okeys: *mut *const c_char, vals: *mut NDArrayHandle, outs: *mut NDArrayHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStorePushPullEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *mut *const c_char,
+    onum: mx_uint,
+    okeys: *mut *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
     // SAFETY: `vkeys` holds `vnum` strings and `okeys` holds `onum`, per the contract.
-    let (vk, ok) = unsafe { (str_keys(vkeys, vnum, "vkeys"), str_keys(okeys, onum, "okeys")) };
-    two_phase("MXKVStorePushPullEx", TwoPhase::PushPull, handle, vk, vnum, ok, onum, vals, outs, priority)
+    let (vk, ok) = unsafe {
+        (
+            str_keys(vkeys, vnum, "vkeys"),
+            str_keys(okeys, onum, "okeys"),
+        )
+    };
+    two_phase(
+        "MXKVStorePushPullEx",
+        TwoPhase::PushPull,
+        handle,
+        vk,
+        vnum,
+        ok,
+        onum,
+        vals,
+        outs,
+        priority,
+    )
 }
+
+type IntFn = unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void);
 
 /// An updater made of C callbacks. Each call hands the callee two new
 /// handles (`recv`, `local`) that the callee owns and frees.
 struct CUpdater {
-    int_fn: MXKVStoreUpdater,
-    str_fn: Option<MXKVStoreStrUpdater>,
+    int_fn: IntFn,
+    str_fn: MXKVStoreStrUpdater,
     /// The caller's `updater_handle`, passed back unchanged.
     user: usize,
 }
@@ -292,9 +566,16 @@ impl Updater for CUpdater {
     }
 }
 
-fn set_updater(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, str_updater: Option<MXKVStoreStrUpdater>, updater_handle: *mut c_void) -> Result<()> {
+fn set_updater(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    str_updater: MXKVStoreStrUpdater,
+    updater_handle: *mut c_void,
+) -> Result<()> {
     let kv = kvstore(handle)?;
-    let int_fn = updater.ok_or_else(|| Error::new("updater is NULL (a NULL callback would crash MXNet at the next push)"))?;
+    let int_fn = updater.ok_or_else(|| {
+        Error::new("updater is NULL (a NULL callback would crash MXNet at the next push)")
+    })?;
     kv.store.set_updater(Some(Arc::new(CUpdater {
         int_fn,
         str_fn: str_updater,
@@ -306,20 +587,36 @@ fn set_updater(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, str_upd
 /// Sets the int-key updater; it replaces any earlier updater. On a
 /// string-keyed store it is called with internal ids (registration order).
 #[no_mangle]
-pub extern "C" fn MXKVStoreSetUpdater(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, updater_handle: *mut c_void) -> c_int {
-    api_call("MXKVStoreSetUpdater", || set_updater(handle, updater, None, updater_handle))
+pub extern "C" fn MXKVStoreSetUpdater(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    updater_handle: *mut c_void,
+) -> c_int {
+    api_call("MXKVStoreSetUpdater", || {
+        set_updater(handle, updater, None, updater_handle)
+    })
 }
 
 /// Sets both updaters. `str_updater` may be NULL: string keys then reach
 /// `updater` as internal ids.
 #[no_mangle]
-pub extern "C" fn MXKVStoreSetUpdaterEx(handle: KVStoreHandle, updater: Option<MXKVStoreUpdater>, str_updater: Option<MXKVStoreStrUpdater>, updater_handle: *mut c_void) -> c_int {
-    api_call("MXKVStoreSetUpdaterEx", || set_updater(handle, updater, str_updater, updater_handle))
+pub extern "C" fn MXKVStoreSetUpdaterEx(
+    handle: KVStoreHandle,
+    updater: MXKVStoreUpdater,
+    str_updater: MXKVStoreStrUpdater,
+    updater_handle: *mut c_void,
+) -> c_int {
+    api_call("MXKVStoreSetUpdaterEx", || {
+        set_updater(handle, updater, str_updater, updater_handle)
+    })
 }
 
 /// The store's type string (lower-cased), valid until `MXKVStoreFree`.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreGetType(handle: KVStoreHandle, type_: *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn MXKVStoreGetType(
+    handle: KVStoreHandle,
+    type_: *mut *const c_char,
+) -> c_int {
     api_call("MXKVStoreGetType", || {
         let kv = kvstore(handle)?;
         // The pointer stays valid while the handle is live: the registry
@@ -358,15 +655,24 @@ pub extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
 
 /// Whether workers meet at a barrier before exit (dist stores).
 #[no_mangle]
-pub extern "C" fn MXKVStoreSetBarrierBeforeExit(handle: KVStoreHandle, barrier_before_exit: c_int) -> c_int {
+pub extern "C" fn MXKVStoreSetBarrierBeforeExit(
+    handle: KVStoreHandle,
+    barrier_before_exit: c_int,
+) -> c_int {
     api_call("MXKVStoreSetBarrierBeforeExit", || {
-        kvstore(handle)?.store.set_barrier_before_exit(barrier_before_exit != 0)
+        kvstore(handle)?
+            .store
+            .set_barrier_before_exit(barrier_before_exit != 0)
     })
 }
 
 /// Runs the server loop (dist servers); local stores return at once.
 #[no_mangle]
-pub extern "C" fn MXKVStoreRunServer(handle: KVStoreHandle, controller: Option<MXKVStoreServerController>, controller_handle: *mut c_void) -> c_int {
+pub extern "C" fn MXKVStoreRunServer(
+    handle: KVStoreHandle,
+    controller: MXKVStoreServerController,
+    controller_handle: *mut c_void,
+) -> c_int {
     api_call("MXKVStoreRunServer", || {
         let kv = kvstore(handle)?;
         let user = controller_handle as usize;
@@ -384,7 +690,11 @@ pub extern "C" fn MXKVStoreRunServer(handle: KVStoreHandle, controller: Option<M
 
 /// Sends a command to the servers (no-op for local stores).
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, cmd_id: c_int, cmd_body: *const c_char) -> c_int {
+pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(
+    handle: KVStoreHandle,
+    cmd_id: c_int,
+    cmd_body: *const c_char,
+) -> c_int {
     api_call("MXKVStoreSendCommmandToServers", || {
         let kv = kvstore(handle)?;
         // SAFETY: NULL (checked) or a C string, per the contract.
@@ -395,9 +705,16 @@ pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(handle: KVStoreHandle, c
 
 /// The number of dead nodes in `node_id`'s group (0 for local stores).
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(handle: KVStoreHandle, node_id: c_int, number: *mut c_int, timeout_sec: c_int) -> c_int {
+pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
+    handle: KVStoreHandle,
+    node_id: c_int,
+    number: *mut c_int,
+    timeout_sec: c_int,
+) -> c_int {
     api_call("MXKVStoreGetNumDeadNode", || {
-        let n = kvstore(handle)?.store.num_dead_nodes(node_id, timeout_sec)?;
+        let n = kvstore(handle)?
+            .store
+            .num_dead_nodes(node_id, timeout_sec)?;
         // SAFETY: `number` is NULL (checked) or writable, per the contract.
         unsafe { write_out(number, n, "number") }
     })

@@ -31,17 +31,26 @@ pub type KVStoreHandle = *mut c_void;
 pub type mx_uint = u32;
 
 /// `typedef void (MXKVStoreUpdater)(int key, NDArrayHandle recv, NDArrayHandle local, void *handle);`
-pub type MXKVStoreUpdater =
-    unsafe extern "C" fn(key: c_int, recv: NDArrayHandle, local: NDArrayHandle, handle: *mut c_void);
+/// (NULL allowed here; the setters refuse it.)
+pub type MXKVStoreUpdater = Option<
+    unsafe extern "C" fn(
+        key: c_int,
+        recv: NDArrayHandle,
+        local: NDArrayHandle,
+        handle: *mut c_void,
+    ),
+>;
 /// `typedef void (MXKVStoreStrUpdater)(const char* key, NDArrayHandle recv, NDArrayHandle local, void *handle);`
-pub type MXKVStoreStrUpdater = unsafe extern "C" fn(
-    key: *const c_char,
-    recv: NDArrayHandle,
-    local: NDArrayHandle,
-    handle: *mut c_void,
-);
+pub type MXKVStoreStrUpdater = Option<
+    unsafe extern "C" fn(
+        key: *const c_char,
+        recv: NDArrayHandle,
+        local: NDArrayHandle,
+        handle: *mut c_void,
+    ),
+>;
 /// `typedef void (MXKVStoreServerController)(int head, const char *body, void *controller_handle);`
 pub type MXKVStoreServerController =
-    unsafe extern "C" fn(head: c_int, body: *const c_char, controller_handle: *mut c_void);
+    Option<unsafe extern "C" fn(head: c_int, body: *const c_char, controller_handle: *mut c_void)>;
 
 pub use boundary::MXGetLastError;

@@ -22,11 +22,21 @@ thread_local! {
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-fn create(shape: Shape, dev_type: c_int, dev_id: c_int, dtype: c_int, out: *mut NDArrayHandle) -> Result<()> {
+fn create(
+    shape: Shape,
+    dev_type: c_int,
+    dev_id: c_int,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> Result<()> {
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
-    let a = NDArray::zeros(shape, DType::from_code(dtype)?, Context::new(dev_type, dev_id)?)?;
+    let a = NDArray::zeros(
+        shape,
+        DType::from_code(dtype)?,
+        Context::new(dev_type, dev_id)?,
+    )?;
     // SAFETY: `out` is non-NULL and writable, per the contract.
     unsafe { write_out(out, new_handle(a), "out") }
 }
@@ -45,29 +55,65 @@ pub unsafe extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
 
 /// A float32 array (zero-filled; `delay_alloc` is accepted and ignored).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayCreate(shape: *const u32, ndim: u32, dev_type: c_int, dev_id: c_int, _delay_alloc: c_int, out: *mut NDArrayHandle) -> c_int {
-    // SAFETY: `shape` holds `ndim` dims, per the contract.
+pub unsafe extern "C" fn MXNDArrayCreate(
+    shape: *const u32,
+    ndim: u32,
+    dev_type: c_int,
+    dev_id: c_int,
+    _delay_alloc: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayCreate", || {
+        // SAFETY: `shape` holds `ndim` dims, per the contract.
         let dims = unsafe { slice(shape, ndim as usize, "shape")? };
-        create(Shape(dims.iter().map(|&d| i64::from(d)).collect()), dev_type, dev_id, 0, out)
+        create(
+            Shape(dims.iter().map(|&d| i64::from(d)).collect()),
+            dev_type,
+            dev_id,
+            0,
+            out,
+        )
     })
 }
 
 /// An array of `dtype` (mshadow code 0–12), zero-filled.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayCreateEx(shape: *const u32, ndim: u32, dev_type: c_int, dev_id: c_int, _delay_alloc: c_int, dtype: c_int, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayCreateEx(
+    shape: *const u32,
+    ndim: u32,
+    dev_type: c_int,
+    dev_id: c_int,
+    _delay_alloc: c_int,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayCreateEx", || {
         // SAFETY: `shape` holds `ndim` dims, per the contract.
         let dims = unsafe { slice(shape, ndim as usize, "shape")? };
-        create(Shape(dims.iter().map(|&d| i64::from(d)).collect()), dev_type, dev_id, dtype, out)
+        create(
+            Shape(dims.iter().map(|&d| i64::from(d)).collect()),
+            dev_type,
+            dev_id,
+            dtype,
+            out,
+        )
     })
 }
 
 /// [`MXNDArrayCreateEx`] with 64-bit dims.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayCreateEx64(shape: *const i64, ndim: c_int, dev_type: c_int, dev_id: c_int, _delay_alloc: c_int, dtype: c_int, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayCreateEx64(
+    shape: *const i64,
+    ndim: c_int,
+    dev_type: c_int,
+    dev_id: c_int,
+    _delay_alloc: c_int,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayCreateEx64", || {
-        let n = usize::try_from(ndim).map_err(|_| Error::new(format!("ndim {ndim} is negative")))?;
+        let n =
+            usize::try_from(ndim).map_err(|_| Error::new(format!("ndim {ndim} is negative")))?;
         // SAFETY: `shape` holds `ndim` dims, per the contract.
         let dims = unsafe { slice(shape, n, "shape")? };
         create(Shape(dims.to_vec()), dev_type, dev_id, dtype, out)
@@ -101,7 +147,11 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
 /// Copies `size` elements from `data` into the array (`size` must equal the
 /// array's element count).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c_void, size: usize) -> c_int {
+pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(
+    handle: NDArrayHandle,
+    data: *const c_void,
+    size: usize,
+) -> c_int {
     api_call("MXNDArraySyncCopyFromCPU", || {
         let a = ndarray(handle, "handle")?;
         a.ensure_dense("copy into")?;
@@ -119,7 +169,11 @@ pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *
 
 /// Copies the array into `data` (`size` elements).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_void, size: usize) -> c_int {
+pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(
+    handle: NDArrayHandle,
+    data: *mut c_void,
+    size: usize,
+) -> c_int {
     api_call("MXNDArraySyncCopyToCPU", || {
         let a = ndarray(handle, "handle")?;
         a.ensure_dense("copy from")?;
@@ -145,7 +199,11 @@ pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mu
 /// Copies `src` into `dst` (`i == -1`: the data; aux arrays are for sparse
 /// arrays). Shapes must match; the dtype is converted.
 #[no_mangle]
-pub extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle_src: NDArrayHandle, i: c_int) -> c_int {
+pub extern "C" fn MXNDArraySyncCopyFromNDArray(
+    handle_dst: NDArrayHandle,
+    handle_src: NDArrayHandle,
+    i: c_int,
+) -> c_int {
     api_call("MXNDArraySyncCopyFromNDArray", || {
         let dst = ndarray(handle_dst, "handle_dst")?;
         let src = ndarray(handle_src, "handle_src")?;
@@ -165,11 +223,21 @@ fn shape_of(handle: NDArrayHandle) -> Result<Vec<i64>> {
 /// The shape as `uint32_t` dims, in a buffer valid until the next shape call
 /// on this thread.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, out_pdata: *mut *const u32) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetShape(
+    handle: NDArrayHandle,
+    out_dim: *mut u32,
+    out_pdata: *mut *const u32,
+) -> c_int {
     api_call("MXNDArrayGetShape", || {
         let dims = shape_of(handle)?
             .into_iter()
-            .map(|d| u32::try_from(d).map_err(|_| Error::new(format!("dimension {d} does not fit in uint32; use MXNDArrayGetShapeEx64"))))
+            .map(|d| {
+                u32::try_from(d).map_err(|_| {
+                    Error::new(format!(
+                        "dimension {d} does not fit in uint32; use MXNDArrayGetShapeEx64"
+                    ))
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         if out_dim.is_null() || out_pdata.is_null() {
             return Err(Error::new("out_dim or out_pdata (output pointer) is NULL"));
@@ -188,11 +256,21 @@ pub unsafe extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut 
 
 /// The shape as `int` dims.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetShapeEx(
+    handle: NDArrayHandle,
+    out_dim: *mut c_int,
+    out_pdata: *mut *const c_int,
+) -> c_int {
     api_call("MXNDArrayGetShapeEx", || {
         let dims = shape_of(handle)?
             .into_iter()
-            .map(|d| c_int::try_from(d).map_err(|_| Error::new(format!("dimension {d} does not fit in int; use MXNDArrayGetShapeEx64"))))
+            .map(|d| {
+                c_int::try_from(d).map_err(|_| {
+                    Error::new(format!(
+                        "dimension {d} does not fit in int; use MXNDArrayGetShapeEx64"
+                    ))
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         if out_dim.is_null() || out_pdata.is_null() {
             return Err(Error::new("out_dim or out_pdata (output pointer) is NULL"));
@@ -211,7 +289,11 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mu
 
 /// The shape as `int64_t` dims.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetShapeEx64(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const i64) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
+    handle: NDArrayHandle,
+    out_dim: *mut c_int,
+    out_pdata: *mut *const i64,
+) -> c_int {
     api_call("MXNDArrayGetShapeEx64", || {
         let dims = shape_of(handle)?;
         if out_dim.is_null() || out_pdata.is_null() {
@@ -241,11 +323,17 @@ pub unsafe extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mu
 
 /// The context (device type and id).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut c_int, out_dev_id: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetContext(
+    handle: NDArrayHandle,
+    out_dev_type: *mut c_int,
+    out_dev_id: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetContext", || {
         let c = ndarray(handle, "handle")?.ctx();
         if out_dev_type.is_null() || out_dev_id.is_null() {
-            return Err(Error::new("out_dev_type or out_dev_id (output pointer) is NULL"));
+            return Err(Error::new(
+                "out_dev_type or out_dev_id (output pointer) is NULL",
+            ));
         }
         // SAFETY: both non-NULL and writable, per the contract.
         unsafe {
@@ -257,7 +345,10 @@ pub unsafe extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type
 
 /// The storage type: -1 undefined, 0 dense, 1 row_sparse, 2 csr.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_type: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetStorageType(
+    handle: NDArrayHandle,
+    out_storage_type: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetStorageType", || {
         let s = ndarray(handle, "handle")?.stype().code();
         // SAFETY: NULL (checked) or writable, per the contract.
@@ -269,7 +360,10 @@ pub unsafe extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_stor
 /// lives. Writes through it bypass the library's locks: do not write while
 /// another thread uses the array.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetData(
+    handle: NDArrayHandle,
+    out_pdata: *mut *mut c_void,
+) -> c_int {
     api_call("MXNDArrayGetData", || {
         let a = ndarray(handle, "handle")?;
         a.ensure_dense("get the data of")?;
@@ -283,13 +377,17 @@ pub unsafe extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut
 /// returns, so this only checks the handle.
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayWaitToRead", || ndarray(handle, "handle").map(drop))
+    api_call("MXNDArrayWaitToRead", || {
+        ndarray(handle, "handle").map(drop)
+    })
 }
 
 /// Waits for pending reads and writes (see [`MXNDArrayWaitToRead`]).
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayWaitToWrite", || ndarray(handle, "handle").map(drop))
+    api_call("MXNDArrayWaitToWrite", || {
+        ndarray(handle, "handle").map(drop)
+    })
 }
 
 /// Waits for all pending operations.
@@ -300,25 +398,40 @@ pub extern "C" fn MXNDArrayWaitAll() -> c_int {
 
 /// The dtype of aux array `i` (sparse arrays only).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, _out_type: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetAuxType(
+    handle: NDArrayHandle,
+    i: u32,
+    _out_type: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetAuxType", || {
         ndarray(handle, "handle")?;
-        Err(Error::new(format!("aux array {i} requested from an array without aux arrays (dense)")))
+        Err(Error::new(format!(
+            "aux array {i} requested from an array without aux arrays (dense)"
+        )))
     })
 }
 
 /// A new handle on aux array `i` (sparse arrays only).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, _out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(
+    handle: NDArrayHandle,
+    i: u32,
+    _out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayGetAuxNDArray", || {
         ndarray(handle, "handle")?;
-        Err(Error::new(format!("aux array {i} requested from an array without aux arrays (dense)")))
+        Err(Error::new(format!(
+            "aux array {i} requested from an array without aux arrays (dense)"
+        )))
     })
 }
 
 /// A new handle sharing the array's data.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetDataNDArray(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
+    handle: NDArrayHandle,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayGetDataNDArray", || {
         let a = ndarray(handle, "handle")?;
         a.ensure_dense("get the data of")?;
@@ -332,39 +445,60 @@ pub unsafe extern "C" fn MXNDArrayGetDataNDArray(handle: NDArrayHandle, out: *mu
 
 /// Saves arrays (and names, unless `keys` is NULL) in MXNet's `.params` format.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut NDArrayHandle, keys: *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn MXNDArraySave(
+    fname: *const c_char,
+    num_args: u32,
+    args: *mut NDArrayHandle,
+    keys: *mut *const c_char,
+) -> c_int {
     api_call("MXNDArraySave", || {
         // SAFETY: `fname` is a C string, `args` holds `num_args` handles and
         // `keys` is NULL or holds `num_args` strings, per the contract.
         let (path, arrays, names) = unsafe {
             let path = cstr(fname, "fname")?;
             let arrays = ndarrays(args, num_args as usize, "args")?;
-            let names = if keys.is_null() { Vec::new() } else { cstrs(keys, num_args as usize, "keys")? };
+            let names = if keys.is_null() {
+                Vec::new()
+            } else {
+                cstrs(keys, num_args as usize, "keys")?
+            };
             (path, arrays, names)
         };
         let names: Vec<Vec<u8>> = names.into_iter().map(<[u8]>::to_vec).collect();
         let bytes = params::save(&arrays, &names)?;
         let path = Path::new(OsStr::from_bytes(path));
-        std::fs::write(path, bytes).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+        std::fs::write(path, bytes)
+            .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
     })
 }
 
 /// Loads a `.params` file. The arrays are new handles the caller frees; the
 /// handle and name arrays stay valid until the next load on this thread.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayLoad(fname: *const c_char, out_size: *mut u32, out_arr: *mut *mut NDArrayHandle, out_name_size: *mut u32, out_names: *mut *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn MXNDArrayLoad(
+    fname: *const c_char,
+    out_size: *mut u32,
+    out_arr: *mut *mut NDArrayHandle,
+    out_name_size: *mut u32,
+    out_names: *mut *mut *const c_char,
+) -> c_int {
     api_call("MXNDArrayLoad", || {
         // SAFETY: `fname` is NULL (checked) or a C string, per the contract.
         let path = unsafe { cstr(fname, "fname")? };
-        if out_size.is_null() || out_arr.is_null() || out_name_size.is_null() || out_names.is_null() {
+        if out_size.is_null() || out_arr.is_null() || out_name_size.is_null() || out_names.is_null()
+        {
             return Err(Error::new("an output pointer is NULL"));
         }
         let path = Path::new(OsStr::from_bytes(path));
-        let bytes = std::fs::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
         let (arrays, names) = params::load(&bytes)?;
         let names = names
             .into_iter()
-            .map(|n| CString::new(n).map_err(|_| Error::new("an array name in the file contains a NUL byte")))
+            .map(|n| {
+                CString::new(n)
+                    .map_err(|_| Error::new("an array name in the file contains a NUL byte"))
+            })
             .collect::<Result<Vec<_>>>()?;
         let n = u32::try_from(arrays.len()).map_err(|_| Error::new("too many arrays"))?;
         LOADED.with(|l| {

@@ -108,7 +108,8 @@ fn cvtt32(f: f64) -> i32 {
 
 /// `cvttsd2si` with a 64-bit destination.
 fn cvtt64(f: f64) -> i64 {
-    if f >= -9.223372036854775808e18 && f < 9.223372036854775808e18 {
+    const TWO63: f64 = 9_223_372_036_854_775_808.0;
+    if (-TWO63..TWO63).contains(&f) {
         f as i64
     } else {
         i64::MIN
@@ -258,7 +259,7 @@ int_elem!(i32, DType::I32, I, |f| cvtt32(f));
 int_elem!(u32, DType::U32, I, |f| cvtt64(f) as u32);
 int_elem!(i64, DType::I64, I, |f| cvtt64(f));
 int_elem!(u64, DType::U64, U, |f| {
-    const TWO63: f64 = 9.223372036854775808e18;
+    const TWO63: f64 = 9_223_372_036_854_775_808.0;
     if f >= TWO63 {
         (cvtt64(f - TWO63) as u64) ^ (1 << 63)
     } else {

@@ -156,7 +156,11 @@ mod tests {
     fn parallel_sum_equals_serial() {
         let n = PAR_MIN * 3 + 17;
         let ins: Vec<Vec<f32>> = (0..7)
-            .map(|k| (0..n).map(|i| ((i * 31 + k * 7) % 97) as f32 * 1.37e-3 + k as f32 * 1e5).collect())
+            .map(|k| {
+                (0..n)
+                    .map(|i| ((i * 31 + k * 7) % 97) as f32 * 1.37e-3 + k as f32 * 1e5)
+                    .collect()
+            })
             .collect();
         let refs: Vec<&[f32]> = ins.iter().map(|v| &v[..]).collect();
         for order in [SumOrder::GroupsOfFour, SumOrder::LeftToRight] {
@@ -167,7 +171,10 @@ mod tests {
                 let block: Vec<&[f32]> = refs.iter().map(|v| &v[i * n..i * n + n]).collect();
                 sum_block(&block, o, order);
             }
-            assert!(par.iter().zip(&ser).all(|(a, b)| a.to_bits() == b.to_bits()));
+            assert!(par
+                .iter()
+                .zip(&ser)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
         }
     }
 

@@ -301,8 +301,12 @@ impl NDArray {
     pub fn ensure_dense(&self, what: &str) -> Result<()> {
         match self.stype() {
             StorageType::Default => Ok(()),
-            StorageType::Undefined => bail!("cannot {what} an empty NDArray (created with MXNDArrayCreateNone)"),
-            StorageType::RowSparse => bail!("{what} of row_sparse arrays is not supported by this function"),
+            StorageType::Undefined => {
+                bail!("cannot {what} an empty NDArray (created with MXNDArrayCreateNone)")
+            }
+            StorageType::RowSparse => {
+                bail!("{what} of row_sparse arrays is not supported by this function")
+            }
             StorageType::Csr => bail!("{what} of csr arrays is not supported by this function"),
         }
     }
@@ -385,6 +389,61 @@ pub fn lock_read_write<'a>(
     }
 }
 
+/// Sums `inputs` (each of `out`'s shape and dtype) into `out` in `order`.
+/// Locks are taken once each, in address order; an input that is `out`
+/// itself is read from a private copy.
+pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> Result<()> {
+    ensure!(!inputs.is_empty(), "nothing to sum");
+    for a in inputs {
+        a.ensure_dense("sum")?;
+        ensure!(
+            a.shape() == out.shape() && a.dtype() == out.dtype(),
+            "operands shape mismatch from.shape = {} to.shape={}",
+            a.shape(),
+            out.shape()
+        );
+    }
+    let owned: Vec<NDArray>;
+    let inputs = if inputs.iter().any(|a| a.same(out)) {
+        owned = inputs
+            .iter()
+            .map(|a| {
+                if a.same(out) {
+                    a.copy_to_ctx(a.ctx())
+                } else {
+                    Ok(a.clone())
+                }
+            })
+            .collect::<Result<_>>()?;
+        &owned[..]
+    } else {
+        inputs
+    };
+    let mut uniq: Vec<&NDArray> = inputs.iter().collect();
+    uniq.sort_by_key(|a| a.addr());
+    uniq.dedup_by(|a, b| a.same(b));
+    let mut out_guard = None;
+    let mut reads = Vec::with_capacity(uniq.len());
+    for a in uniq {
+        if out_guard.is_none() && out.addr() < a.addr() {
+            out_guard = Some(out.write());
+        }
+        reads.push((a.addr(), a.read()));
+    }
+    let mut out_guard = out_guard.unwrap_or_else(|| out.write());
+    let slices: Vec<&[u8]> = inputs
+        .iter()
+        .map(|a| {
+            let i = reads
+                .binary_search_by_key(&a.addr(), |(addr, _)| *addr)
+                .expect("every input is locked");
+            reads[i].1.bytes()
+        })
+        .collect();
+    kernels::sum_bytes(out.dtype(), &slices, out_guard.bytes_mut(), order);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,7 +475,10 @@ mod tests {
 
     #[test]
     fn contexts() {
-        assert!(Context::new(2, 0).unwrap_err().message().contains("USE_CUDA"));
+        assert!(Context::new(2, 0)
+            .unwrap_err()
+            .message()
+            .contains("USE_CUDA"));
         assert_eq!(Context::new(3, 1).unwrap().to_string(), "cpu_pinned(1)");
         assert!(Context::new(1, -1).is_err());
     }
@@ -427,53 +489,4 @@ mod tests {
         assert!(NDArray::zeros(Shape(vec![1 << 40, 1 << 40]), DType::F32, Context::CPU0).is_err());
         assert_eq!(Shape(vec![2, 3]).to_string(), "[2,3]");
     }
-}
-
-/// Sums `inputs` (each of `out`'s shape and dtype) into `out` in `order`.
-/// Locks are taken once each, in address order; an input that is `out`
-/// itself is read from a private copy.
-pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> Result<()> {
-    ensure!(!inputs.is_empty(), "nothing to sum");
-    for a in inputs {
-        a.ensure_dense("sum")?;
-        ensure!(
-            a.shape() == out.shape() && a.dtype() == out.dtype(),
-            "operands shape mismatch from.shape = {} to.shape={}",
-            a.shape(),
-            out.shape()
-        );
-    }
-    let owned: Vec<NDArray>;
-    let inputs = if inputs.iter().any(|a| a.same(out)) {
-        owned = inputs
-            .iter()
-            .map(|a| if a.same(out) { a.copy_to_ctx(a.ctx()) } else { Ok(a.clone()) })
-            .collect::<Result<_>>()?;
-        &owned[..]
-    } else {
-        inputs
-    };
-    let mut uniq: Vec<&NDArray> = inputs.iter().collect();
-    uniq.sort_by_key(|a| a.addr());
-    uniq.dedup_by(|a, b| a.same(b));
-    let mut out_guard = None;
-    let mut reads = Vec::with_capacity(uniq.len());
-    for a in uniq {
-        if out_guard.is_none() && out.addr() < a.addr() {
-            out_guard = Some(out.write());
-        }
-        reads.push((a.addr(), a.read()));
-    }
-    let mut out_guard = out_guard.unwrap_or_else(|| out.write());
-    let slices: Vec<&[u8]> = inputs
-        .iter()
-        .map(|a| {
-            let i = reads
-                .binary_search_by_key(&a.addr(), |(addr, _)| *addr)
-                .expect("every input is locked");
-            reads[i].1.bytes()
-        })
-        .collect();
-    kernels::sum_bytes(out.dtype(), &slices, out_guard.bytes_mut(), order);
-    Ok(())
 }

@@ -51,8 +51,7 @@ fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
     out.extend_from_slice(&a.stype().code().to_le_bytes());
     match a.stype() {
         StorageType::Undefined => {
-            write_shape(out, &Shape::default());
-            return Ok(());
+            bail!("Unknown storage type-1: cannot save an empty NDArray (MXNDArrayCreateNone)")
         }
         StorageType::Default => {}
         _ => bail!("saving sparse arrays is not supported yet"),
@@ -153,7 +152,9 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
     let magic = r.u32()?;
     match magic {
         V2_MAGIC | V3_MAGIC => {}
-        V1_MAGIC => bail!("legacy NDArray format V1 is not supported; re-save the file with MXNet ≥ 1.0"),
+        V1_MAGIC => {
+            bail!("legacy NDArray format V1 is not supported; re-save the file with MXNet ≥ 1.0")
+        }
         m => bail!("Invalid NDArray file format: array magic {m:#x}"),
     }
     let stype = r.i32()?;
@@ -170,10 +171,10 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
     if shape.ndim() == 0 && magic == V2_MAGIC {
         return Ok(NDArray::none());
     }
-    let dev_type = r.i32()?;
-    let dev_id = r.i32()?;
-    // Arrays load onto the CPU context they were saved from (GPU arrays onto cpu(0)).
-    let ctx = Context::new(dev_type, dev_id).unwrap_or(Context::CPU0);
+    // The saved context is read and dropped: arrays load onto cpu(0), as in MXNet.
+    r.i32()?;
+    r.i32()?;
+    let ctx = Context::CPU0;
     let dtype = DType::from_code(r.i32()?)?;
     for &d in shape.dims() {
         ensure!(d >= 0, "Invalid NDArray file format: dimension {d}");
@@ -183,7 +184,11 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
         .iter()
         .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
         .filter(|&n| n <= r.buf.len() - r.pos)
-        .ok_or_else(|| Error::new(format!("Invalid NDArray file format: array of shape {shape} does not fit in the file")))?;
+        .ok_or_else(|| {
+            Error::new(format!(
+                "Invalid NDArray file format: array of shape {shape} does not fit in the file"
+            ))
+        })?;
     let data = r.take(nbytes)?;
     NDArray::from_bytes(shape, dtype, ctx, data)
 }
@@ -220,7 +225,10 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_crash() {
-        assert!(load(b"").unwrap_err().message().contains("Invalid NDArray file format"));
+        assert!(load(b"")
+            .unwrap_err()
+            .message()
+            .contains("Invalid NDArray file format"));
         let mut bytes = save(&[], &[]).unwrap();
         assert!(load(&bytes).unwrap().0.is_empty());
         bytes[16] = 0xff; // absurd count

@@ -11,41 +11,59 @@ const THRESHOLD: usize = 16;
 
 type Pair = (i32, usize);
 
-#[inline]
-fn less(a: &Pair, b: &Pair) -> bool {
-    a.0 < b.0
-}
-
 /// Sorts like `std::sort(v.begin(), v.end(), by key)` in libstdc++.
 pub fn stdsort(v: &mut [Pair]) {
+    stdsort_by(v, &|a: &Pair, b: &Pair| a.0 < b.0);
+}
+
+/// Sorts like libstdc++'s `std::sort(first, last, less)`.
+pub fn stdsort_by<T: Copy, F: Fn(&T, &T) -> bool>(v: &mut [T], less: &F) {
     if v.len() < 2 {
         return;
     }
     let depth = 2 * (usize::BITS - 1 - v.len().leading_zeros()) as usize;
-    introsort_loop(v, 0, v.len(), depth);
-    final_insertion_sort(v, 0, v.len());
+    introsort_loop(v, 0, v.len(), depth, less);
+    final_insertion_sort(v, 0, v.len(), less);
 }
 
-fn introsort_loop(v: &mut [Pair], first: usize, mut last: usize, mut depth: usize) {
+fn introsort_loop<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    first: usize,
+    mut last: usize,
+    mut depth: usize,
+    less: &F,
+) {
     while last - first > THRESHOLD {
         if depth == 0 {
-            heap_sort(&mut v[first..last]);
+            heap_sort(&mut v[first..last], less);
             return;
         }
         depth -= 1;
-        let cut = partition_pivot(v, first, last);
-        introsort_loop(v, cut, last, depth);
+        let cut = partition_pivot(v, first, last, less);
+        introsort_loop(v, cut, last, depth, less);
         last = cut;
     }
 }
 
-fn partition_pivot(v: &mut [Pair], first: usize, last: usize) -> usize {
+fn partition_pivot<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    first: usize,
+    last: usize,
+    less: &F,
+) -> usize {
     let mid = first + (last - first) / 2;
-    move_median_to_first(v, first, first + 1, mid, last - 1);
-    unguarded_partition(v, first + 1, last, first)
+    move_median_to_first(v, first, first + 1, mid, last - 1, less);
+    unguarded_partition(v, first + 1, last, first, less)
 }
 
-fn move_median_to_first(v: &mut [Pair], result: usize, a: usize, b: usize, c: usize) {
+fn move_median_to_first<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    result: usize,
+    a: usize,
+    b: usize,
+    c: usize,
+    less: &F,
+) {
     let pick = if less(&v[a], &v[b]) {
         if less(&v[b], &v[c]) {
             b
@@ -64,7 +82,13 @@ fn move_median_to_first(v: &mut [Pair], result: usize, a: usize, b: usize, c: us
     v.swap(result, pick);
 }
 
-fn unguarded_partition(v: &mut [Pair], mut first: usize, mut last: usize, pivot: usize) -> usize {
+fn unguarded_partition<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    mut first: usize,
+    mut last: usize,
+    pivot: usize,
+    less: &F,
+) -> usize {
     loop {
         while less(&v[first], &v[pivot]) {
             first += 1;
@@ -81,30 +105,40 @@ fn unguarded_partition(v: &mut [Pair], mut first: usize, mut last: usize, pivot:
     }
 }
 
-fn final_insertion_sort(v: &mut [Pair], first: usize, last: usize) {
+fn final_insertion_sort<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    first: usize,
+    last: usize,
+    less: &F,
+) {
     if last - first > THRESHOLD {
-        insertion_sort(v, first, first + THRESHOLD);
+        insertion_sort(v, first, first + THRESHOLD, less);
         for i in first + THRESHOLD..last {
-            unguarded_linear_insert(v, i);
+            unguarded_linear_insert(v, i, less);
         }
     } else {
-        insertion_sort(v, first, last);
+        insertion_sort(v, first, last, less);
     }
 }
 
-fn insertion_sort(v: &mut [Pair], first: usize, last: usize) {
+fn insertion_sort<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    first: usize,
+    last: usize,
+    less: &F,
+) {
     for i in first + 1..last {
         if less(&v[i], &v[first]) {
             let val = v[i];
             v.copy_within(first..i, first + 1);
             v[first] = val;
         } else {
-            unguarded_linear_insert(v, i);
+            unguarded_linear_insert(v, i, less);
         }
     }
 }
 
-fn unguarded_linear_insert(v: &mut [Pair], mut last: usize) {
+fn unguarded_linear_insert<T: Copy, F: Fn(&T, &T) -> bool>(v: &mut [T], mut last: usize, less: &F) {
     let val = v[last];
     while less(&val, &v[last - 1]) {
         v[last] = v[last - 1];
@@ -114,13 +148,13 @@ fn unguarded_linear_insert(v: &mut [Pair], mut last: usize) {
 }
 
 /// libstdc++'s `partial_sort(first, last, last)`: make_heap then sort_heap.
-fn heap_sort(v: &mut [Pair]) {
+fn heap_sort<T: Copy, F: Fn(&T, &T) -> bool>(v: &mut [T], less: &F) {
     let len = v.len();
     if len >= 2 {
         let mut parent = (len - 2) / 2;
         loop {
             let value = v[parent];
-            adjust_heap(v, parent, len, value);
+            adjust_heap(v, parent, len, value, less);
             if parent == 0 {
                 break;
             }
@@ -132,11 +166,17 @@ fn heap_sort(v: &mut [Pair]) {
         last -= 1;
         let value = v[last];
         v[last] = v[0];
-        adjust_heap(&mut v[..last], 0, last, value);
+        adjust_heap(&mut v[..last], 0, last, value, less);
     }
 }
 
-fn adjust_heap(v: &mut [Pair], mut hole: usize, len: usize, value: Pair) {
+fn adjust_heap<T: Copy, F: Fn(&T, &T) -> bool>(
+    v: &mut [T],
+    mut hole: usize,
+    len: usize,
+    value: T,
+    less: &F,
+) {
     let top = hole;
     let mut child = hole;
     while child < (len - 1) / 2 {
@@ -181,7 +221,9 @@ mod tests {
     use super::*;
 
     fn lcg(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *seed >> 33
     }
 
@@ -223,7 +265,7 @@ mod tests {
         let mut seed = 3;
         for n in 0..100 {
             let mut v: Vec<Pair> = (0..n).map(|i| ((lcg(&mut seed) % 10) as i32, i)).collect();
-            heap_sort(&mut v);
+            heap_sort(&mut v, &|a: &Pair, b: &Pair| a.0 < b.0);
             assert!(v.windows(2).all(|w| w[0].0 <= w[1].0));
         }
     }

@@ -4,8 +4,8 @@
 //! before it changes anything.
 #![forbid(unsafe_code)]
 
-use super::group::group;
-use super::keys::{KindLock, Keys, StrRegistry};
+use super::group::{group, stdsort_by};
+use super::keys::{Keys, KindLock, StrRegistry};
 use super::{KvStore, Updater};
 use crate::error::Result;
 use crate::ndarray::dtype::DType;
@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 /// One key's state.
 struct Entry {
+    /// The internal key (the int key, or the string key's id).
+    id: i32,
     /// The key as the caller wrote it (for messages).
     name: String,
     /// The caller's string for string keys (handed to string updaters).
@@ -31,9 +33,21 @@ struct Entry {
     merge: Mutex<Option<NDArray>>,
 }
 
+/// The device communicator's merge-buffer bookkeeping (MXNet's `CommDevice`).
+#[derive(Default)]
+struct DeviceComm {
+    /// (key, element count) of every key ever initialised, in init order.
+    keys: Vec<(i32, usize)>,
+    /// Merge buffers have been placed since the last init. Before that, a
+    /// pull copies the stored value into one output and that output into the
+    /// others (so dtype conversions chain, as in MXNet).
+    ready: bool,
+}
+
 pub struct LocalStore {
     type_name: Vec<u8>,
     device: bool,
+    comm: Mutex<DeviceComm>,
     kind: KindLock,
     strs: RwLock<StrRegistry>,
     entries: RwLock<HashMap<i32, Arc<Entry>>>,
@@ -74,7 +88,9 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
             );
             Ok(true)
         }
-        StorageType::Undefined => bail!("pull: the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated"),
+        StorageType::Undefined => bail!(
+            "pull: the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated"
+        ),
         StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
         _ => bail!("pull into sparse outputs is not supported yet"),
     }
@@ -85,6 +101,7 @@ impl LocalStore {
         LocalStore {
             type_name,
             device,
+            comm: Mutex::new(DeviceComm::default()),
             kind: KindLock::default(),
             strs: RwLock::new(StrRegistry::default()),
             entries: RwLock::new(HashMap::new()),
@@ -113,7 +130,11 @@ impl LocalStore {
         let map = self.entries.read();
         ids.iter()
             .enumerate()
-            .map(|(i, id)| map.get(id).cloned().ok_or_else(|| not_inited(&keys.show(i))))
+            .map(|(i, id)| {
+                map.get(id)
+                    .cloned()
+                    .ok_or_else(|| not_inited(&keys.show(i)))
+            })
             .collect()
     }
 
@@ -149,12 +170,73 @@ impl LocalStore {
         }
     }
 
-    fn run_pull(plan: &[(Arc<Entry>, &NDArray)]) -> Result<()> {
+    fn run_pull(&self, plan: &[(Arc<Entry>, &NDArray)]) -> Result<()> {
+        if self.device && !self.comm.lock().ready {
+            // MXNet's CommDevice before its merge buffers exist: the value
+            // goes to output `key % n` of that key's outputs (grouped as a
+            // push groups values), which is then copied to the others.
+            let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
+            for (id, pos) in group(&ids) {
+                let entry = &plan[pos[0]].0;
+                let _order = entry.update.lock();
+                let first = ((id as i64 as u64) % pos.len() as u64) as usize;
+                let head = plan[pos[first]].1;
+                head.copy_from(&entry.value)?;
+                for (i, &p) in pos.iter().enumerate() {
+                    if i != first {
+                        plan[p].1.copy_from(head)?;
+                    }
+                }
+            }
+            return Ok(());
+        }
         for (entry, out) in plan {
             let _order = entry.update.lock();
             out.copy_from(&entry.value)?;
         }
         Ok(())
+    }
+
+    /// MXNet's `CommDevice::InitMergeBuffer`: every key gets a merge buffer
+    /// on the least-loaded of the contexts `devs` (those of the first
+    /// multi-value push since the last init), largest keys first.
+    fn place_merge_buffers(&self, devs: &[Context]) {
+        let mut comm = self.comm.lock();
+        if comm.ready {
+            return;
+        }
+        let mut keys = comm.keys.clone();
+        stdsort_by(&mut keys, &|a: &(i32, usize), b: &(i32, usize)| a.1 > b.1);
+        // An unordered_map keyed by device id: iterated in reverse order of
+        // first insertion; each id keeps the context assigned to it last.
+        let mut slots: Vec<(i32, Context, usize)> = Vec::new();
+        for d in devs {
+            match slots.iter_mut().find(|s| s.0 == d.dev_id) {
+                Some(s) => s.1 = *d,
+                None => slots.push((d.dev_id, *d, 0)),
+            }
+        }
+        slots.reverse();
+        let map = self.entries.read();
+        for (id, size) in keys {
+            let mut pick = 0;
+            let mut min = usize::MAX;
+            for (i, s) in slots.iter().enumerate() {
+                if s.2 <= min {
+                    pick = i;
+                    min = s.2;
+                }
+            }
+            if let Some(entry) = map.get(&id) {
+                let mut m = entry.merge.lock();
+                if m.is_none() {
+                    let v = &entry.value;
+                    *m = NDArray::zeros(v.shape().clone(), v.dtype(), slots[pick].1).ok();
+                }
+            }
+            slots[pick].2 += size;
+        }
+        comm.ready = true;
     }
 
     /// Validates and copies init values onto the store's context.
@@ -203,6 +285,7 @@ impl LocalStore {
                 return Err(duplicate(&name));
             }
             let entry = Entry {
+                id,
                 name,
                 str_key,
                 value,
@@ -213,7 +296,12 @@ impl LocalStore {
         }
         let mut plan = Vec::new();
         if let Some((okeys, outs)) = pull {
-            ensure!(okeys.len() == outs.len(), "{} keys for {} outputs", okeys.len(), outs.len());
+            ensure!(
+                okeys.len() == outs.len(),
+                "{} keys for {} outputs",
+                okeys.len(),
+                outs.len()
+            );
             for (i, out) in outs.iter().enumerate() {
                 let id = match okeys {
                     Keys::Int(k) => k[i],
@@ -238,10 +326,16 @@ impl LocalStore {
                 strs.register(s);
             }
         }
+        if self.device {
+            let mut comm = self.comm.lock();
+            comm.keys
+                .extend(new.iter().map(|(id, e)| (*id, e.value.size())));
+            comm.ready = false;
+        }
         map.extend(new);
         drop(map);
         drop(strs);
-        Self::run_pull(&plan)
+        self.run_pull(&plan)
     }
 
     /// Checks one key's pushed values against its stored value.
@@ -274,6 +368,9 @@ impl LocalStore {
     /// Sums several values of one key into its merge buffer.
     fn merge(&self, entry: &Entry, vals: &[&NDArray]) -> Result<NDArray> {
         let key = &entry.value;
+        if self.device {
+            self.place_merge_buffers(&vals.iter().map(|v| v.ctx()).collect::<Vec<_>>());
+        }
         let buf = {
             let mut m = entry.merge.lock();
             match &*m {
@@ -309,7 +406,12 @@ impl LocalStore {
     }
 
     fn push_inner(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
-        ensure!(keys.len() == vals.len(), "{} keys for {} values", keys.len(), vals.len());
+        ensure!(
+            keys.len() == vals.len(),
+            "{} keys for {} values",
+            keys.len(),
+            vals.len()
+        );
         for v in vals {
             check_value(v, "push")?;
         }
@@ -357,7 +459,12 @@ impl KvStore for LocalStore {
     }
 
     fn init(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
-        ensure!(keys.len() == vals.len(), "{} keys for {} values", keys.len(), vals.len());
+        ensure!(
+            keys.len() == vals.len(),
+            "{} keys for {} values",
+            keys.len(),
+            vals.len()
+        );
         self.init_then_pull(keys, vals, None)
     }
 
@@ -374,9 +481,14 @@ impl KvStore for LocalStore {
         ignore_sparse: bool,
     ) -> Result<()> {
         self.kind.check(keys.kind())?;
-        ensure!(keys.len() == outs.len(), "{} keys for {} outputs", keys.len(), outs.len());
+        ensure!(
+            keys.len() == outs.len(),
+            "{} keys for {} outputs",
+            keys.len(),
+            outs.len()
+        );
         let plan = self.plan_pull(self.entries_for(keys)?, outs, ignore_sparse)?;
-        Self::run_pull(&plan)
+        self.run_pull(&plan)
     }
 
     fn pull_row_sparse(
@@ -394,6 +506,20 @@ impl KvStore for LocalStore {
             outs.len(),
             row_ids.len()
         );
+        for (out, rows) in outs.iter().zip(row_ids) {
+            ensure!(
+                out.stype() == StorageType::RowSparse,
+                "Check failed: val_stype == kRowSparseStorage ({} vs. 1) : Expected row_sparse storage type for row_sparse_pull values, but detected storage type {}",
+                out.stype().code(),
+                out.stype().code()
+            );
+            ensure!(
+                rows.stype() == StorageType::Default,
+                "Check failed: rowid_stype == kDefaultStorage ({} vs. 0) : Expected default storage type for row_sparse_pull rowids, but detected storage type {}",
+                rows.stype().code(),
+                rows.stype().code()
+            );
+        }
         self.entries_for(keys)?;
         bail!("row_sparse pull is not supported yet: this build stores dense values only")
     }
@@ -408,11 +534,16 @@ impl KvStore for LocalStore {
     ) -> Result<()> {
         self.kind.check(vkeys.kind())?;
         self.kind.check(okeys.kind())?;
-        ensure!(okeys.len() == outs.len(), "{} keys for {} outputs", okeys.len(), outs.len());
+        ensure!(
+            okeys.len() == outs.len(),
+            "{} keys for {} outputs",
+            okeys.len(),
+            outs.len()
+        );
         // Check the pull half first so that a bad output pushes nothing.
         let plan = self.plan_pull(self.entries_for(okeys)?, outs, true)?;
         self.push_inner(vkeys, vals)?;
-        Self::run_pull(&plan)
+        self.run_pull(&plan)
     }
 
     fn broadcast(
@@ -423,7 +554,12 @@ impl KvStore for LocalStore {
         outs: &[NDArray],
         _priority: i32,
     ) -> Result<()> {
-        ensure!(vkeys.len() == vals.len(), "{} keys for {} values", vkeys.len(), vals.len());
+        ensure!(
+            vkeys.len() == vals.len(),
+            "{} keys for {} values",
+            vkeys.len(),
+            vals.len()
+        );
         self.init_then_pull(vkeys, vals, Some((okeys, outs)))
     }
 
@@ -437,6 +573,7 @@ impl KvStore for LocalStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::cloned_ref_to_slice_refs)]
 mod tests {
     use super::*;
     use crate::ndarray::Shape;
@@ -468,8 +605,12 @@ mod tests {
             let s = LocalStore::new(b"local".to_vec(), device);
             s.init(Keys::Int(&[3]), &[arr(&[2.0])]).unwrap();
             assert_eq!(pull1(&s, 3, 1), vec![2.0]);
-            s.push(Keys::Int(&[3, 3, 3]), &[arr(&[1.0]), arr(&[1e8]), arr(&[-1e8])], 0)
-                .unwrap();
+            s.push(
+                Keys::Int(&[3, 3, 3]),
+                &[arr(&[1.0]), arr(&[1e8]), arr(&[-1e8])],
+                0,
+            )
+            .unwrap();
             assert_eq!(pull1(&s, 3, 1), vec![want]);
         }
     }
@@ -479,7 +620,10 @@ mod tests {
         let s = LocalStore::new(b"local".to_vec(), false);
         let a = arr(&[1.0]);
         let e = s
-            .init(Keys::Int(&[1, 2, 1]), &[a.clone(), arr(&[2.0]), arr(&[3.0])])
+            .init(
+                Keys::Int(&[1, 2, 1]),
+                &[a.clone(), arr(&[2.0]), arr(&[3.0])],
+            )
             .unwrap_err();
         assert!(e.message().starts_with("duplicate init of key 1."));
         assert!(s.pull(Keys::Int(&[2]), &[arr(&[0.0])], 0, true).is_err());
@@ -496,17 +640,24 @@ mod tests {
     #[test]
     fn errors_keep_mxnet_wording() {
         let s = LocalStore::new(b"local".to_vec(), false);
-        let e = s.pull(Keys::Int(&[99]), &[arr(&[0.0])], 0, true).unwrap_err();
-        assert_eq!(e.message(), "key 99 has not been inited");
-        let e = s.push(Keys::Int(&[99, 99]), &[arr(&[0.0]), arr(&[1.0])], 0).unwrap_err();
+        let e = s
+            .pull(Keys::Int(&[99]), &[arr(&[0.0])], 0, true)
+            .unwrap_err();
         assert_eq!(e.message(), "key 99 has not been inited");
         let e = s
-            .init(Keys::Str(&[b"w"]), &[arr(&[0.0])])
+            .push(Keys::Int(&[99, 99]), &[arr(&[0.0]), arr(&[1.0])], 0)
             .unwrap_err();
+        assert_eq!(e.message(), "key 99 has not been inited");
+        let e = s.init(Keys::Str(&[b"w"]), &[arr(&[0.0])]).unwrap_err();
         assert!(e.message().starts_with("Mixed key types are not allowed"));
         s.init(Keys::Int(&[3]), &[arr(&[0.0, 0.0, 0.0])]).unwrap();
-        let e = s.pull(Keys::Int(&[3]), &[arr(&[0.0, 0.0])], 0, true).unwrap_err();
-        assert_eq!(e.message(), "operands shape mismatch from.shape = [3] to.shape=[2]");
+        let e = s
+            .pull(Keys::Int(&[3]), &[arr(&[0.0, 0.0])], 0, true)
+            .unwrap_err();
+        assert_eq!(
+            e.message(),
+            "operands shape mismatch from.shape = [3] to.shape=[2]"
+        );
         let e = s.push(Keys::Int(&[3]), &[arr(&[0.0, 0.0])], 0).unwrap_err();
         assert!(e.message().contains("shape mismatch"));
         assert_eq!(pull1(&s, 3, 3), vec![0.0, 0.0, 0.0]);
@@ -515,7 +666,8 @@ mod tests {
     #[test]
     fn string_keys_and_updater() {
         let s = LocalStore::new(b"local".to_vec(), false);
-        s.init(Keys::Str(&[b"b", b"a"]), &[arr(&[1.0]), arr(&[2.0])]).unwrap();
+        s.init(Keys::Str(&[b"b", b"a"]), &[arr(&[1.0]), arr(&[2.0])])
+            .unwrap();
         s.init(Keys::Str(&[b"c"]), &[arr(&[3.0])]).unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let seen2 = seen.clone();
@@ -528,15 +680,26 @@ mod tests {
                 local.copy_from_bytes(bytemuck::cast_slice(&n)).unwrap();
             },
         )));
-        s.push(Keys::Str(&[b"c", b"a", b"b", b"a"]), &vec![arr(&[1.0]); 4], 0).unwrap();
+        s.push(
+            Keys::Str(&[b"c", b"a", b"b", b"a"]),
+            &vec![arr(&[1.0]); 4],
+            0,
+        )
+        .unwrap();
         assert_eq!(
             *seen.lock(),
-            vec![(0, Some(b"b".to_vec())), (1, Some(b"a".to_vec())), (2, Some(b"c".to_vec()))]
+            vec![
+                (0, Some(b"b".to_vec())),
+                (1, Some(b"a".to_vec())),
+                (2, Some(b"c".to_vec()))
+            ]
         );
         let out = arr(&[0.0]);
         s.pull(Keys::Str(&[b"a"]), &[out.clone()], 0, true).unwrap();
         assert_eq!(get(&out), vec![6.0]);
-        let e = s.push(Keys::Str(&[b"nope"]), &[arr(&[1.0])], 0).unwrap_err();
+        let e = s
+            .push(Keys::Str(&[b"nope"]), &[arr(&[1.0])], 0)
+            .unwrap_err();
         assert_eq!(e.message(), "key nope doesn't exist. Did you init?");
     }
 
@@ -545,13 +708,15 @@ mod tests {
         let s = Arc::new(LocalStore::new(b"local".to_vec(), false));
         s.init(Keys::Int(&[1]), &[arr(&[1.0])]).unwrap();
         let weak = Arc::downgrade(&s);
-        s.set_updater(Some(Arc::new(move |k: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
-            let s = weak.upgrade().unwrap();
-            let out = arr(&[0.0]);
-            s.pull(Keys::Int(&[k]), &[out.clone()], 0, true).unwrap();
-            let v = get(&out)[0] + get(recv)[0];
-            local.copy_from_bytes(bytemuck::cast_slice(&[v])).unwrap();
-        })));
+        s.set_updater(Some(Arc::new(
+            move |k: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
+                let s = weak.upgrade().unwrap();
+                let out = arr(&[0.0]);
+                s.pull(Keys::Int(&[k]), &[out.clone()], 0, true).unwrap();
+                let v = get(&out)[0] + get(recv)[0];
+                local.copy_from_bytes(bytemuck::cast_slice(&[v])).unwrap();
+            },
+        )));
         s.push(Keys::Int(&[1]), &[arr(&[2.0])], 0).unwrap();
         assert_eq!(pull1(&s, 1, 1), vec![3.0]);
     }
@@ -559,21 +724,32 @@ mod tests {
     #[test]
     fn eight_threads_give_exact_sums() {
         let s = Arc::new(LocalStore::new(b"local".to_vec(), false));
-        s.init(Keys::Int(&[0, 1]), &[arr(&[0.0; 64]), arr(&[0.0; 64])]).unwrap();
+        s.init(Keys::Int(&[0, 1]), &[arr(&[0.0; 64]), arr(&[0.0; 64])])
+            .unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let c2 = calls.clone();
-        s.set_updater(Some(Arc::new(move |_: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
-            c2.fetch_add(1, Ordering::Relaxed);
-            let n: Vec<f32> = get(local).iter().zip(get(recv)).map(|(l, r)| l + r).collect();
-            local.copy_from_bytes(bytemuck::cast_slice(&n)).unwrap();
-        })));
+        s.set_updater(Some(Arc::new(
+            move |_: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
+                c2.fetch_add(1, Ordering::Relaxed);
+                let n: Vec<f32> = get(local)
+                    .iter()
+                    .zip(get(recv))
+                    .map(|(l, r)| l + r)
+                    .collect();
+                local.copy_from_bytes(bytemuck::cast_slice(&n)).unwrap();
+            },
+        )));
         std::thread::scope(|sc| {
             for _ in 0..8 {
                 let s = s.clone();
                 sc.spawn(move || {
                     for _ in 0..250 {
-                        s.push(Keys::Int(&[0, 1, 0]), &[arr(&[1.0; 64]), arr(&[1.0; 64]), arr(&[1.0; 64])], 0)
-                            .unwrap();
+                        s.push(
+                            Keys::Int(&[0, 1, 0]),
+                            &[arr(&[1.0; 64]), arr(&[1.0; 64]), arr(&[1.0; 64])],
+                            0,
+                        )
+                        .unwrap();
                         pull1(&s, 1, 64);
                     }
                 });
@@ -589,12 +765,24 @@ mod tests {
         let s = LocalStore::new(b"local".to_vec(), false);
         let out = arr(&[0.0, 0.0]);
         let e = s
-            .broadcast(Keys::Str(&[b"w"]), &[arr(&[4.0])], Keys::Str(&[b"w"]), &[out.clone()], 0)
+            .broadcast(
+                Keys::Str(&[b"w"]),
+                &[arr(&[4.0])],
+                Keys::Str(&[b"w"]),
+                &[out.clone()],
+                0,
+            )
             .unwrap_err();
         assert!(e.message().contains("shape mismatch"));
         let out = arr(&[0.0]);
-        s.broadcast(Keys::Str(&[b"w"]), &[arr(&[4.0])], Keys::Str(&[b"w"]), &[out.clone()], 0)
-            .unwrap();
+        s.broadcast(
+            Keys::Str(&[b"w"]),
+            &[arr(&[4.0])],
+            Keys::Str(&[b"w"]),
+            &[out.clone()],
+            0,
+        )
+        .unwrap();
         assert_eq!(get(&out), vec![4.0]);
     }
 }

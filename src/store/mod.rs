@@ -36,8 +36,13 @@ pub trait KvStore: Send + Sync {
     fn type_name(&self) -> &[u8];
     fn init(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()>;
     fn push(&self, keys: Keys<'_>, vals: &[NDArray], priority: i32) -> Result<()>;
-    fn pull(&self, keys: Keys<'_>, outs: &[NDArray], priority: i32, ignore_sparse: bool)
-        -> Result<()>;
+    fn pull(
+        &self,
+        keys: Keys<'_>,
+        outs: &[NDArray],
+        priority: i32,
+        ignore_sparse: bool,
+    ) -> Result<()>;
     fn pull_row_sparse(
         &self,
         keys: Keys<'_>,
@@ -114,5 +119,8 @@ pub fn create(type_str: &[u8]) -> Result<Arc<dyn KvStore>> {
     if has(b"nccl") {
         bail!("this build has no NCCL: compile with USE_NCCL=1 to use {shown}");
     }
-    Ok(Arc::new(local::LocalStore::new(name.clone(), has(b"device"))))
+    Ok(Arc::new(local::LocalStore::new(
+        name.clone(),
+        has(b"device"),
+    )))
 }

@@ -9,12 +9,11 @@ convert them (string round trip through dmlc's parser, then cast to the
 array's dtype), so results are bit-identical to MXNet's float32 kernels.
 """
 import ctypes
-import operator
 import warnings
 
 import numpy as np
 
-from ..base import (_LIB, check_call, c_str, NDArrayHandle, MXNetError, MXKVUsageError,
+from ..base import (_LIB, check_call, NDArrayHandle, MXNetError, MXKVUsageError,
                     numeric_types, integer_types, mx_real_t)
 from ..context import Context, current_context
 from .._numerics import dmlc_double
@@ -696,4 +695,3 @@ divide = _binary_fn(np.true_divide)
 maximum = _binary_fn(np.maximum)
 minimum = _binary_fn(np.minimum)
 
-_ = operator  # keep the import for users doing `from mxkv.ndarray.ndarray import *`

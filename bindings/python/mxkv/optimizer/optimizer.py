@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from ..base import py_str, MXKVUsageError
+from ..base import py_str, MXKVUsageError, MXNetError
 from ..ndarray import NDArray, zeros, clip, sqrt, square
 from .._numerics import dmlc_float, strtof
 
@@ -55,9 +55,15 @@ def _views(weight, grad, *states):
 
 
 def _check_dense(*arrays):
+    """dense arrays, all of the first one's dtype (MXNet's type inference rejects mixes)"""
     for arr in arrays:
         if arr.stype != 'default':
             raise MXKVUsageError('mxkv optimizers support dense arrays only (got %s)' % arr.stype)
+    dtypes = [np.dtype(arr.dtype) for arr in arrays]
+    for i, dt in enumerate(dtypes[1:], 1):
+        if dt != dtypes[0]:
+            raise MXNetError('Incompatible attr: input %d has dtype %s, expected %s (the '
+                             'weight\'s dtype)' % (i, dt.name, dtypes[0].name))
 
 
 def _errstate():
@@ -124,10 +130,10 @@ def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_grad
     with _errstate():
         s[...] = k.m * s
         rg = _clip_map(k.rescale * g, k.clip) if k.clip >= 0 else k.rescale * g
-        step = k.lr * (rg + k.wd * w)
-        new = w - s + (k.m + one) * (s - step)
-        s[...] = s - step
-        w[...] = new
+        w[...] = w - s + (k.m + one) * (s - k.lr * (rg + k.wd * w))
+        # MXNet writes the weight first (out aliases weight), so the momentum's weight
+        # decay term sees the *updated* weight
+        s[...] = s - k.lr * (rg + k.wd * w)
 
 
 def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad,

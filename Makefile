@@ -1,0 +1,105 @@
+# libmxkv — build, tutorial, tests. `make` builds the library and runs the
+# tutorial; `make test` runs everything CI runs. Both set up what they need
+# (Python venv, pip packages, apt packages) on a fresh machine.
+
+CARGO   ?= cargo
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+LIBDIR  := build/lib
+SO      := target/release/libmxkv.so
+CC      ?= gcc
+CFLAGS_TEST := -std=c11 -Wall -Wextra -Wpedantic -Werror -D_GNU_SOURCE -Iinclude -g -O1
+LDLIBS_TEST := -L$(LIBDIR) -lmxkv -Wl,-rpath,$(abspath $(LIBDIR)) -lpthread
+ASAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
+CTESTS  := $(patsubst ctests/%.c,%,$(wildcard ctests/test_*.c))
+# MXNet 1.9.1 from the reference venv (found without importing it).
+MXDIR    = $(shell $(PY) -c "import importlib.util,os;print(os.path.dirname(importlib.util.find_spec('mxnet').origin))")
+
+.PHONY: all build tutorial venv venv-ref tools header lint cargo-test ctest ctest-asan \
+        ctest-valgrind abi diff pytest test bench clean
+
+all: tutorial
+
+## The library: target/release/libmxkv.{so,a}, staged in build/lib with its soname.
+build:
+	$(CARGO) build --release
+	@mkdir -p $(LIBDIR)
+	cp -f $(SO) $(LIBDIR)/libmxkv.so.0
+	ln -sf libmxkv.so.0 $(LIBDIR)/libmxkv.so
+	cp -f target/release/libmxkv.a $(LIBDIR)/libmxkv.a
+
+## The KVStore tutorial in Python (`import mxkv as mx`), then in C.
+tutorial: build venv
+	PYTHONPATH=bindings/python $(PY) examples/tutorial.py
+	@mkdir -p build/examples
+	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude examples/tutorial.c -o build/examples/tutorial $(LDLIBS_TEST)
+	./build/examples/tutorial
+
+## Python venv: numpy for the binding; MXNet 1.9.1 and pytest as the test oracle.
+$(VENV)/.base:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q numpy==1.23.5
+	touch $@
+$(VENV)/.ref: $(VENV)/.base
+	$(PY) -m pip install -q mxnet==1.9.1 numpy==1.23.5 pytest
+	touch $@
+venv: $(VENV)/.base
+venv-ref: $(VENV)/.ref
+
+## System tools the tests use.
+tools:
+	@command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+
+## Regenerate include/mxkv/c_api.h from src/capi (commit the result).
+header:
+	MXKV_BLESS=1 $(CARGO) test --release --test header
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+## Rust unit tests, and the check that the committed header is current.
+cargo-test:
+	$(CARGO) test --release
+
+build/ctests/%: ctests/%.c ctests/check.h build
+	@mkdir -p build/ctests
+	$(CC) $(CFLAGS_TEST) $< -o $@ $(LDLIBS_TEST)
+build/ctests-asan/%: ctests/%.c ctests/check.h build
+	@mkdir -p build/ctests-asan
+	$(CC) $(CFLAGS_TEST) $(ASAN) $< -o $@ $(LDLIBS_TEST)
+
+ctest: $(addprefix build/ctests/,$(CTESTS))
+	@set -e; for t in $(CTESTS); do echo "== $$t"; ./build/ctests/$$t; done
+ctest-asan: $(addprefix build/ctests-asan/,$(CTESTS))
+	@set -e; for t in $(CTESTS); do echo "== $$t (ASan/UBSan)"; \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build/ctests-asan/$$t; done
+ctest-valgrind: tools $(addprefix build/ctests/,$(CTESTS))
+	@set -e; for t in $(CTESTS); do echo "== $$t (valgrind)"; \
+	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done
+
+## ABI: MXNet 1.9.1's own c_api.h and ours in one translation unit, -Werror.
+abi: venv-ref
+	@mkdir -p build
+	$(CC) -std=c11 -Wall -Wextra -Werror -I$(MXDIR)/include -Iinclude -c ctests/conformance.c -o build/conformance.o
+	@echo "abi: MXNet 1.9.1's c_api.h and include/mxkv/c_api.h agree"
+
+## Differential: the same C scenario against libmxnet.so and libmxkv.so.
+diff: venv-ref build
+	@mkdir -p build/diff
+	$(CC) -std=c11 -Wall -Wextra -Werror -O1 ctests/diff/scenario.c -o build/diff/scenario -ldl
+	SCENARIO_TMP=build/diff ./build/diff/scenario $(MXDIR)/libmxnet.so > build/diff/mxnet.txt 2>build/diff/mxnet.err
+	SCENARIO_TMP=build/diff ./build/diff/scenario $(abspath $(SO)) > build/diff/mxkv.txt
+	$(PYTHON) ctests/diff/compare.py build/diff/mxnet.txt build/diff/mxkv.txt ctests/diff/deviations.txt
+
+pytest: venv-ref build
+	@if [ -d tests/python ]; then $(PY) -m pytest -q tests/python; else echo "no Python tests yet"; fi
+
+test: venv-ref tools lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest
+	@echo "make test: all suites passed"
+
+clean:
+	$(CARGO) clean
+	rm -rf build

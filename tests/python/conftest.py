@@ -1,0 +1,58 @@
+"""Shared setup for the mxkv pytest suites.
+
+The library under test is chosen with MXKV_LIBRARY_PATH (default: the build
+folder, target/release/libmxkv.so).  Pointing it at the venv's libmxnet.so
+validates the binding against real MXNet.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+BINDINGS = os.path.join(REPO, 'bindings', 'python')
+if BINDINGS not in sys.path:
+    sys.path.insert(0, BINDINGS)
+
+CACHE = os.environ.get('MXKV_CACHE', os.path.join(REPO, '.cache'))
+
+
+def bits(value):
+    """Comparable raw representation: (dtype, shape, bytes) of a numpy value."""
+    arr = np.asarray(value)
+    return (arr.dtype.str, arr.shape, np.ascontiguousarray(arr).tobytes())
+
+
+def assert_same_bits(a, b, what=''):
+    """Exact comparison of two results (numpy arrays, scalars, or nested dict/list)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), what
+        for k in a:
+            assert_same_bits(a[k], b[k], '%s[%r]' % (what, k))
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), what
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_bits(x, y, '%s[%d]' % (what, i))
+    elif isinstance(a, (str, bytes, type(None), bool)):
+        assert a == b, '%s: %r != %r' % (what, a, b)
+    else:
+        ba, bb = bits(a), bits(b)
+        assert ba == bb, '%s differs:\n mxnet: %r\n mxkv:  %r' % (what, a, b)
+
+
+@pytest.fixture(scope='session')
+def mxkv():
+    import mxkv as m
+    return m
+
+
+@pytest.fixture(scope='session')
+def mxnet():
+    return pytest.importorskip('mxnet')
+
+
+@pytest.fixture(scope='session')
+def both(mxnet, mxkv):
+    """(mxnet, mxkv) for differential tests"""
+    return mxnet, mxkv
