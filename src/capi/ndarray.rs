@@ -5,7 +5,7 @@ use super::boundary::api_call;
 use super::NDArrayHandle;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
-use crate::ndarray::{params, Context, NDArray, Shape};
+use crate::ndarray::{params, Context, NDArray, Shape, StorageType};
 use std::cell::RefCell;
 use std::ffi::{CString, OsStr};
 use std::os::raw::{c_char, c_int, c_void};
@@ -120,27 +120,130 @@ pub unsafe extern "C" fn MXNDArrayCreateEx64(
     })
 }
 
-/// Sparse arrays (row_sparse, csr).
+#[allow(clippy::too_many_arguments)]
+fn create_sparse(
+    storage_type: c_int,
+    shape: Shape,
+    dev_type: c_int,
+    dev_id: c_int,
+    dtype: c_int,
+    aux_types: Vec<c_int>,
+    aux_shapes: Vec<Shape>,
+    out: *mut NDArrayHandle,
+) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::new("out (output pointer) is NULL"));
+    }
+    let stype = match storage_type {
+        1 => StorageType::RowSparse,
+        2 => StorageType::Csr,
+        s => return Err(Error::new(format!("storage type {s} is not sparse (row_sparse 1, csr 2)"))),
+    };
+    let aux_types = aux_types
+        .into_iter()
+        .map(DType::from_code)
+        .collect::<Result<Vec<_>>>()?;
+    let a = NDArray::sparse_zeros(
+        stype,
+        shape,
+        DType::from_code(dtype)?,
+        Context::new(dev_type, dev_id)?,
+        &aux_types,
+        &aux_shapes,
+    )?;
+    // SAFETY: `out` is non-NULL and writable, per the contract.
+    unsafe { write_out(out, new_handle(a), "out") }
+}
+
+/// Splits the concatenated aux shapes by their ndims.
+fn split_aux_shapes(ndims: &[usize], dims: &[i64]) -> Result<Vec<Shape>> {
+    let mut at = 0;
+    ndims
+        .iter()
+        .map(|&n| {
+            let s = dims
+                .get(at..at + n)
+                .ok_or_else(|| Error::new("aux_shape holds fewer dims than aux_ndims announce"))?;
+            at += n;
+            Ok(Shape(s.to_vec()))
+        })
+        .collect()
+}
+
+/// A sparse array: `storage_type` 1 (row_sparse: one int64 aux array, the
+/// row indices, of shape `{nnz}`) or 2 (csr: int64 indptr and indices).
+/// The parts are zero-filled; fill them with `MXNDArraySyncCopyFromNDArray`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
     storage_type: c_int,
-    _shape: *const u32,
-    _ndim: u32,
-    _dev_type: c_int,
-    _dev_id: c_int,
+    shape: *const u32,
+    ndim: u32,
+    dev_type: c_int,
+    dev_id: c_int,
     _delay_alloc: c_int,
-    _dtype: c_int,
-    _num_aux: u32,
-    _aux_type: *mut c_int,
-    _aux_ndims: *mut u32,
-    _aux_shape: *const u32,
-    _out: *mut NDArrayHandle,
+    dtype: c_int,
+    num_aux: u32,
+    aux_type: *mut c_int,
+    aux_ndims: *mut u32,
+    aux_shape: *const u32,
+    out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayCreateSparseEx", || {
-        Err(Error::new(format!(
-            "sparse arrays (storage type {storage_type}) are not supported yet by this build"
-        )))
+        // SAFETY: `shape` holds `ndim` dims, `aux_type` and `aux_ndims` hold
+        // `num_aux` items, `aux_shape` the sum of `aux_ndims`, per the contract.
+        let (dims, types, ndims) = unsafe {
+            (
+                slice(shape, ndim as usize, "shape")?,
+                slice(aux_type, num_aux as usize, "aux_type")?,
+                slice(aux_ndims, num_aux as usize, "aux_ndims")?,
+            )
+        };
+        let ndims: Vec<usize> = ndims.iter().map(|&n| n as usize).collect();
+        let total = ndims.iter().sum::<usize>();
+        // SAFETY: as above.
+        let aux_dims = unsafe { slice(aux_shape, total, "aux_shape")? };
+        let aux_dims: Vec<i64> = aux_dims.iter().map(|&d| i64::from(d)).collect();
+        let shape = Shape(dims.iter().map(|&d| i64::from(d)).collect());
+        create_sparse(storage_type, shape, dev_type, dev_id, dtype, types.to_vec(), split_aux_shapes(&ndims, &aux_dims)?, out)
+    })
+}
+
+/// [`MXNDArrayCreateSparseEx`] with 64-bit dims.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
+    storage_type: c_int,
+    shape: *const i64,
+    ndim: c_int,
+    dev_type: c_int,
+    dev_id: c_int,
+    _delay_alloc: c_int,
+    dtype: c_int,
+    num_aux: u32,
+    aux_type: *mut c_int,
+    aux_ndims: *mut c_int,
+    aux_shape: *const i64,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayCreateSparseEx64", || {
+        let n = usize::try_from(ndim).map_err(|_| Error::new(format!("ndim {ndim} is negative")))?;
+        // SAFETY: as for MXNDArrayCreateSparseEx.
+        let (dims, types, ndims) = unsafe {
+            (
+                slice(shape, n, "shape")?,
+                slice(aux_type, num_aux as usize, "aux_type")?,
+                slice(aux_ndims, num_aux as usize, "aux_ndims")?,
+            )
+        };
+        let ndims = ndims
+            .iter()
+            .map(|&n| usize::try_from(n).map_err(|_| Error::new("negative aux ndim")))
+            .collect::<Result<Vec<_>>>()?;
+        let total = ndims.iter().sum::<usize>();
+        // SAFETY: as above.
+        let aux_dims = unsafe { slice(aux_shape, total, "aux_shape")? };
+        create_sparse(storage_type, Shape(dims.to_vec()), dev_type, dev_id, dtype, types.to_vec(), split_aux_shapes(&ndims, aux_dims)?, out)
     })
 }
 
@@ -205,8 +308,11 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(
     i: c_int,
 ) -> c_int {
     api_call("MXNDArraySyncCopyFromNDArray", || {
-        let dst = ndarray(handle_dst, "handle_dst")?;
+                let dst = ndarray(handle_dst, "handle_dst")?;
         let src = ndarray(handle_src, "handle_src")?;
+        if dst.is_sparse() {
+            return dst.set_part(i, &src);
+        }
         if i != -1 {
             return Err(Error::new(format!(
                 "aux index {i} given for a dense array (only -1, the data, applies)"
@@ -396,33 +502,66 @@ pub extern "C" fn MXNDArrayWaitAll() -> c_int {
     0
 }
 
-/// The dtype of aux array `i` (sparse arrays only).
+fn aux_type(handle: NDArrayHandle, i: usize, out_type: *mut c_int) -> Result<()> {
+    let t = ndarray(handle, "handle")?.aux_type(i)?;
+    // SAFETY: NULL (checked) or writable, per the contract.
+    unsafe { write_out(out_type, t.code(), "out_type") }
+}
+
+fn aux_ndarray(handle: NDArrayHandle, i: usize, out: *mut NDArrayHandle) -> Result<()> {
+    let a = ndarray(handle, "handle")?;
+    let parts = a.parts()?;
+    let aux = parts
+        .aux
+        .get(i)
+        .ok_or_else(|| Error::new(format!("aux index {i} out of range: the array has {} aux arrays", parts.aux.len())))?;
+    if out.is_null() {
+        return Err(Error::new("out (output pointer) is NULL"));
+    }
+    // SAFETY: non-NULL and writable, per the contract.
+    unsafe { write_out(out, new_handle(aux.clone()), "out") }
+}
+
+/// The dtype of aux array `i` (sparse arrays: 6, int64).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxType(
-    handle: NDArrayHandle,
-    i: u32,
-    _out_type: *mut c_int,
-) -> c_int {
-    api_call("MXNDArrayGetAuxType", || {
-        ndarray(handle, "handle")?;
-        Err(Error::new(format!(
-            "aux array {i} requested from an array without aux arrays (dense)"
-        )))
+pub unsafe extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetAuxType", || aux_type(handle, i as usize, out_type))
+}
+
+/// [`MXNDArrayGetAuxType`] with a 64-bit index.
+#[no_mangle]
+pub unsafe extern "C" fn MXNDArrayGetAuxType64(handle: NDArrayHandle, i: i64, out_type: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetAuxType64", || {
+        aux_type(handle, usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?, out_type)
     })
 }
 
-/// A new handle on aux array `i` (sparse arrays only).
+/// A new handle on aux array `i` of a sparse array (it shares the storage
+/// until an operation replaces the array's parts).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(
-    handle: NDArrayHandle,
-    i: u32,
-    _out: *mut NDArrayHandle,
-) -> c_int {
-    api_call("MXNDArrayGetAuxNDArray", || {
-        ndarray(handle, "handle")?;
-        Err(Error::new(format!(
-            "aux array {i} requested from an array without aux arrays (dense)"
-        )))
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayGetAuxNDArray", || aux_ndarray(handle, i as usize, out))
+}
+
+/// [`MXNDArrayGetAuxNDArray`] with a 64-bit index.
+#[no_mangle]
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray64(handle: NDArrayHandle, i: i64, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayGetAuxNDArray64", || {
+        aux_ndarray(handle, usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?, out)
+    })
+}
+
+/// Checks a sparse array's indices (`full_check`: sorted, unique, in range).
+#[no_mangle]
+pub extern "C" fn MXNDArraySyncCheckFormat(handle: NDArrayHandle, full_check: bool) -> c_int {
+    api_call("MXNDArraySyncCheckFormat", || {
+        let a = ndarray(handle, "handle")?;
+        if a.stype() == StorageType::RowSparse && full_check {
+            a.check_row_sparse().map_err(|e| Error::new(format!(
+                "Check failed: err != kRSPIdxErr (5 vs. 5) : Indices of row_sparse NDArray should be non-negative, less than the size of first dimension and in ascending order ({e})"
+            )))?;
+        }
+        Ok(())
     })
 }
 
@@ -433,13 +572,18 @@ pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayGetDataNDArray", || {
-        let a = ndarray(handle, "handle")?;
-        a.ensure_dense("get the data of")?;
+                let a = ndarray(handle, "handle")?;
+        let data = if a.is_sparse() {
+            a.parts()?.data
+        } else {
+            a.ensure_dense("get the data of")?;
+            a
+        };
         if out.is_null() {
             return Err(Error::new("out (output pointer) is NULL"));
         }
         // SAFETY: non-NULL and writable, per the contract.
-        unsafe { write_out(out, new_handle(a), "out") }
+        unsafe { write_out(out, new_handle(data), "out") }
     })
 }
 

@@ -6,6 +6,7 @@
 pub mod dtype;
 pub mod kernels;
 pub mod params;
+pub mod sparse;
 
 use crate::error::{Error, Result};
 use crate::{bail, ensure};
@@ -166,7 +167,11 @@ struct Inner {
     dtype: DType,
     ctx: Context,
     stype: StorageType,
+    /// Dense storage (empty for sparse arrays).
     data: RwLock<Buffer>,
+    /// Sparse storage: the data and aux arrays, replaced as a whole when the
+    /// number of stored rows changes.
+    parts: Option<RwLock<sparse::Parts>>,
 }
 
 /// A shared handle to one array. Cloning shares the storage.
@@ -235,6 +240,17 @@ impl NDArray {
         stype: StorageType,
         buf: Buffer,
     ) -> NDArray {
+        NDArray::build(shape, dtype, ctx, stype, buf, None)
+    }
+
+    fn build(
+        shape: Shape,
+        dtype: DType,
+        ctx: Context,
+        stype: StorageType,
+        buf: Buffer,
+        parts: Option<sparse::Parts>,
+    ) -> NDArray {
         NDArray {
             inner: Arc::new(Inner {
                 shape,
@@ -242,6 +258,7 @@ impl NDArray {
                 ctx,
                 stype,
                 data: RwLock::new(buf),
+                parts: parts.map(RwLock::new),
             }),
         }
     }
@@ -264,6 +281,9 @@ impl NDArray {
     pub fn is_none(&self) -> bool {
         self.inner.stype == StorageType::Undefined
     }
+    pub fn is_sparse(&self) -> bool {
+        matches!(self.inner.stype, StorageType::RowSparse | StorageType::Csr)
+    }
 
     /// True when both handles share one array.
     pub fn same(&self, other: &NDArray) -> bool {
@@ -285,6 +305,9 @@ impl NDArray {
 
     /// A new array on `ctx` with the same shape and type and a copy of the data.
     pub fn copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
+        if self.is_sparse() {
+            return self.sparse_copy_to_ctx(ctx);
+        }
         self.ensure_dense("copy")?;
         let guard = self.read();
         let mut buf = Buffer::zeroed(guard.len())?;
@@ -342,6 +365,9 @@ impl NDArray {
     /// Copies `src` into `self`, converting the element type; shapes must be
     /// equal (MXNet's `CopyFromTo` check and wording).
     pub fn copy_from(&self, src: &NDArray) -> Result<()> {
+        if self.is_sparse() || src.is_sparse() {
+            return sparse::copy_any(src, self);
+        }
         self.ensure_dense("copy into")?;
         src.ensure_dense("copy from")?;
         ensure!(

@@ -53,8 +53,24 @@ fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
         StorageType::Undefined => {
             bail!("Unknown storage type-1: cannot save an empty NDArray (MXNDArrayCreateNone)")
         }
-        StorageType::Default => {}
-        _ => bail!("saving sparse arrays is not supported yet"),
+                StorageType::Default => {}
+        StorageType::RowSparse | StorageType::Csr => {
+            let parts = a.parts()?;
+            write_shape(out, parts.data.shape());
+            write_shape(out, a.shape());
+            out.extend_from_slice(&a.ctx().dev_type.to_le_bytes());
+            out.extend_from_slice(&a.ctx().dev_id.to_le_bytes());
+            out.extend_from_slice(&a.dtype().code().to_le_bytes());
+            for aux in &parts.aux {
+                out.extend_from_slice(&aux.dtype().code().to_le_bytes());
+                write_shape(out, aux.shape());
+            }
+            out.extend_from_slice(parts.data.read().bytes());
+            for aux in &parts.aux {
+                out.extend_from_slice(aux.read().bytes());
+            }
+            return Ok(());
+        }
     }
     write_shape(out, a.shape());
     out.extend_from_slice(&a.ctx().dev_type.to_le_bytes());
@@ -164,7 +180,7 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
             r.shape()?;
             return Ok(NDArray::none());
         }
-        1 | 2 => bail!("loading sparse arrays is not supported yet"),
+                1 | 2 => return read_sparse(r, stype),
         s => bail!("Invalid NDArray file format: storage type {s}"),
     }
     let shape = r.shape()?;
@@ -191,6 +207,48 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
         })?;
     let data = r.take(nbytes)?;
     NDArray::from_bytes(shape, dtype, ctx, data)
+}
+
+/// Bytes of an array of `shape` and `dtype`, bounded by what the file holds.
+fn byte_len(r: &Reader<'_>, shape: &Shape, dtype: DType) -> Result<usize> {
+    for &d in shape.dims() {
+        ensure!(d >= 0, "Invalid NDArray file format: dimension {d}");
+    }
+    shape
+        .dims()
+        .iter()
+        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
+        .filter(|&n| n <= r.buf.len() - r.pos)
+        .ok_or_else(|| Error::new(format!("Invalid NDArray file format: array of shape {shape} does not fit in the file")))
+}
+
+fn read_sparse(r: &mut Reader<'_>, stype: i32) -> Result<NDArray> {
+    let stype = if stype == 1 { StorageType::RowSparse } else { StorageType::Csr };
+    let storage_shape = r.shape()?;
+    let shape = r.shape()?;
+    r.i32()?;
+    r.i32()?;
+    let dtype = DType::from_code(r.i32()?)?;
+    let naux = if stype == StorageType::RowSparse { 1 } else { 2 };
+    let mut aux_types = Vec::with_capacity(naux);
+    let mut aux_shapes = Vec::with_capacity(naux);
+    for _ in 0..naux {
+        aux_types.push(DType::from_code(r.i32()?)?);
+        aux_shapes.push(r.shape()?);
+    }
+    let a = NDArray::sparse_zeros(stype, shape, dtype, Context::CPU0, &aux_types, &aux_shapes)?;
+    let parts = a.parts()?;
+    ensure!(
+        parts.data.shape() == &storage_shape,
+        "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
+    );
+    let n = byte_len(r, &storage_shape, dtype)?;
+    parts.data.copy_from_bytes(r.take(n)?)?;
+    for aux in &parts.aux {
+        let n = byte_len(r, aux.shape(), aux.dtype())?;
+        aux.copy_from_bytes(r.take(n)?)?;
+    }
+    Ok(a)
 }
 
 #[cfg(test)]
@@ -221,6 +279,26 @@ mod tests {
         assert_eq!(arrays[0].read().typed::<f32>(), &[1., 2., 3., 4., 5., 6.]);
         assert_eq!(arrays[1].dtype(), DType::I64);
         assert_eq!(save(&arrays, &names).unwrap(), bytes);
+    }
+
+        #[test]
+    fn row_sparse_round_trip() {
+        let data = NDArray::from_bytes(
+            Shape(vec![2, 2]),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(&[1f32, 2., 3., 4.]),
+        )
+        .unwrap();
+        let a = NDArray::row_sparse(Shape(vec![5, 2]), Context::CPU0, data, &[1, 3]).unwrap();
+        let bytes = save(&[a], &[]).unwrap();
+        let (arrays, _) = load(&bytes).unwrap();
+        assert_eq!(arrays[0].stype(), StorageType::RowSparse);
+        assert_eq!(arrays[0].rsp_indices().unwrap(), vec![1, 3]);
+        assert_eq!(save(&arrays, &[]).unwrap(), bytes);
+        for cut in 0..bytes.len() {
+            assert!(load(&bytes[..cut]).is_err());
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@ use super::{KvStore, Updater};
 use crate::error::Result;
 use crate::ndarray::dtype::DType;
 use crate::ndarray::kernels::SumOrder;
-use crate::ndarray::{sum_into, Context, NDArray, StorageType};
+use super::gc::{compress_round_trip, CompressionParams};
+use crate::ndarray::sparse::{retain_rows, row_ids as row_ids_of, sum_row_sparse};
+use crate::ndarray::{sum_into, Context, NDArray, Shape, StorageType};
 use crate::{bail, ensure};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -24,13 +26,30 @@ struct Entry {
     name: String,
     /// The caller's string for string keys (handed to string updaters).
     str_key: Option<Vec<u8>>,
-    /// The stored value, on `cpu_pinned(0)`; its identity never changes.
-    value: NDArray,
+        /// The stored value, on `cpu_pinned(0)`. Replaced only when a push
+    /// changes the key's storage type (dense ↔ row_sparse), as in MXNet.
+    value: Mutex<NDArray>,
     /// Serialises pushes (and orders pulls) of this key; reentrant so that an
     /// updater may call back into the store on its own thread.
     update: ReentrantMutex<()>,
-    /// The merge buffer for multi-value pushes, made on first use.
-    merge: Mutex<Option<NDArray>>,
+        /// Where multi-value pushes are summed.
+    merge: Mutex<Merge>,
+    /// Gradient-compression residuals, one per position in the pushed list.
+    residuals: Mutex<Vec<Vec<f32>>>,
+}
+
+/// A key's merge buffer: its context (placed on a device store as MXNet's
+/// CommDevice places it) and the dense buffer, made on first use.
+#[derive(Default)]
+struct Merge {
+    ctx: Option<Context>,
+    dense: Option<NDArray>,
+}
+
+impl Entry {
+    fn value(&self) -> NDArray {
+        self.value.lock().clone()
+    }
 }
 
 /// The device communicator's merge-buffer bookkeeping (MXNet's `CommDevice`).
@@ -51,7 +70,8 @@ pub struct LocalStore {
     kind: KindLock,
     strs: RwLock<StrRegistry>,
     entries: RwLock<HashMap<i32, Arc<Entry>>>,
-    updater: RwLock<Option<Arc<dyn Updater>>>,
+        updater: RwLock<Option<Arc<dyn Updater>>>,
+    compression: RwLock<Option<CompressionParams>>,
     warned_sparse_pull: Mutex<HashSet<i32>>,
 }
 
@@ -70,7 +90,7 @@ fn check_value(v: &NDArray, what: &str) -> Result<()> {
     match v.stype() {
         StorageType::Default => Ok(()),
         StorageType::Undefined => bail!("{what}: the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data"),
-        StorageType::RowSparse => bail!("{what}: row_sparse values are not supported yet (dense only)"),
+                StorageType::RowSparse => v.check_row_sparse(),
         StorageType::Csr => bail!("Unexpected storage type detected during kvstore {what}: 2 (csr values cannot be stored)"),
     }
 }
@@ -91,8 +111,17 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
         StorageType::Undefined => bail!(
             "pull: the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated"
         ),
-        StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
-        _ => bail!("pull into sparse outputs is not supported yet"),
+                StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
+        StorageType::RowSparse => {
+            ensure!(
+                out.shape() == stored.shape(),
+                "operands shape mismatch from.shape = {} to.shape={}",
+                stored.shape(),
+                out.shape()
+            );
+            Ok(true)
+        }
+        StorageType::Csr => bail!("pull into a csr output is not supported (csr values cannot be stored)"),
     }
 }
 
@@ -105,7 +134,8 @@ impl LocalStore {
             kind: KindLock::default(),
             strs: RwLock::new(StrRegistry::default()),
             entries: RwLock::new(HashMap::new()),
-            updater: RwLock::new(None),
+                        updater: RwLock::new(None),
+            compression: RwLock::new(None),
             warned_sparse_pull: Mutex::new(HashSet::new()),
         }
     }
@@ -147,7 +177,7 @@ impl LocalStore {
     ) -> Result<Vec<(Arc<Entry>, &'o NDArray)>> {
         let mut plan = Vec::with_capacity(outs.len());
         for (entry, out) in entries.into_iter().zip(outs) {
-            if check_output(&entry.value, out, ignore_sparse)? {
+                        if check_output(&entry.value(), out, ignore_sparse)? {
                 plan.push((entry, out));
             } else {
                 self.warn_sparse_pull(&entry);
@@ -181,7 +211,7 @@ impl LocalStore {
                 let _order = entry.update.lock();
                 let first = ((id as i64 as u64) % pos.len() as u64) as usize;
                 let head = plan[pos[first]].1;
-                head.copy_from(&entry.value)?;
+                                head.copy_from(&entry.value())?;
                 for (i, &p) in pos.iter().enumerate() {
                     if i != first {
                         plan[p].1.copy_from(head)?;
@@ -192,7 +222,7 @@ impl LocalStore {
         }
         for (entry, out) in plan {
             let _order = entry.update.lock();
-            out.copy_from(&entry.value)?;
+                        out.copy_from(&entry.value())?;
         }
         Ok(())
     }
@@ -227,12 +257,8 @@ impl LocalStore {
                     min = s.2;
                 }
             }
-            if let Some(entry) = map.get(&id) {
-                let mut m = entry.merge.lock();
-                if m.is_none() {
-                    let v = &entry.value;
-                    *m = NDArray::zeros(v.shape().clone(), v.dtype(), slots[pick].1).ok();
-                }
+                        if let Some(entry) = map.get(&id) {
+                entry.merge.lock().ctx.get_or_insert(slots[pick].1);
             }
             slots[pick].2 += size;
         }
@@ -288,9 +314,10 @@ impl LocalStore {
                 id,
                 name,
                 str_key,
-                value,
+                                value: Mutex::new(value),
                 update: ReentrantMutex::new(()),
-                merge: Mutex::new(None),
+                merge: Mutex::new(Merge::default()),
+                residuals: Mutex::new(Vec::new()),
             };
             new.push((id, Arc::new(entry)));
         }
@@ -316,7 +343,7 @@ impl LocalStore {
                     .map(|(_, e)| e.clone())
                     .or_else(|| map.get(&id).cloned())
                     .ok_or_else(|| not_inited(&okeys.show(i)))?;
-                if check_output(&entry.value, out, true)? {
+                                if check_output(&entry.value(), out, true)? {
                     plan.push((entry, out));
                 }
             }
@@ -329,7 +356,7 @@ impl LocalStore {
         if self.device {
             let mut comm = self.comm.lock();
             comm.keys
-                .extend(new.iter().map(|(id, e)| (*id, e.value.size())));
+                .extend(new.iter().map(|(id, e)| (*id, e.value().size())));
             comm.ready = false;
         }
         map.extend(new);
@@ -339,8 +366,8 @@ impl LocalStore {
     }
 
     /// Checks one key's pushed values against its stored value.
-    fn check_push_group(&self, entry: &Entry, vals: &[&NDArray]) -> Result<()> {
-        let key = &entry.value;
+        fn check_push_group(&self, entry: &Entry, vals: &[&NDArray]) -> Result<()> {
+        let key = &entry.value();
         for v in vals {
             ensure!(
                 v.shape() == key.shape(),
@@ -359,40 +386,99 @@ impl LocalStore {
         );
         ensure!(
             vals.len() == 1 || key.dtype() != DType::Bool,
-            "Unknown type enum 7: bool values of key {} cannot be summed",
+                        "Unknown type enum 7: bool values of key {} cannot be summed",
             entry.name
         );
+        if self.device && self.compression.read().is_some() {
+            for v in vals {
+                ensure!(
+                    v.stype() == StorageType::Default,
+                    "Check failed: gradient_compression_->get_type() == CompressionType: :kNone: Gradient compression for row sparse storage type is not supported (key {})",
+                    entry.name
+                );
+                ensure!(
+                    v.dtype() == DType::F32,
+                    "Check failed: dtype == mshadow: :kFloat32 ({} vs. 0) : Gradient compression is only supported for float32 type of parameters (key {})",
+                    v.dtype().code(),
+                    entry.name
+                );
+            }
+        }
         Ok(())
     }
 
-    /// Sums several values of one key into its merge buffer.
-    fn merge(&self, entry: &Entry, vals: &[&NDArray]) -> Result<NDArray> {
-        let key = &entry.value;
-        if self.device {
-            self.place_merge_buffers(&vals.iter().map(|v| v.ctx()).collect::<Vec<_>>());
+    /// The context of a key's merged values.
+    fn merge_ctx(&self, entry: &Entry, vals: &[&NDArray]) -> Context {
+        if !self.device {
+            return Context::PINNED0;
         }
-        let buf = {
-            let mut m = entry.merge.lock();
-            match &*m {
-                Some(b) => b.clone(),
-                None => {
-                    let ctx = if self.device {
-                        vals[0].ctx()
-                    } else {
-                        Context::PINNED0
-                    };
-                    let b = NDArray::zeros(key.shape().clone(), key.dtype(), ctx)?;
-                    *m = Some(b.clone());
-                    b
-                }
+        self.place_merge_buffers(&vals.iter().map(|v| v.ctx()).collect::<Vec<_>>());
+        *entry.merge.lock().ctx.get_or_insert(vals[0].ctx())
+    }
+
+    /// The key's dense merge buffer.
+    fn merge_buffer(&self, entry: &Entry, key: &NDArray, ctx: Context) -> Result<NDArray> {
+        let mut m = entry.merge.lock();
+        if let Some(b) = &m.dense {
+            return Ok(b.clone());
+        }
+        let b = NDArray::zeros(key.shape().clone(), key.dtype(), ctx)?;
+        m.dense = Some(b.clone());
+        Ok(b)
+    }
+
+    /// Combines the values pushed for one key into the value handed to the
+    /// updater: MXNet's reduce for the key's communicator.
+    fn reduce(&self, entry: &Entry, vals: &[&NDArray]) -> Result<NDArray> {
+        let key = entry.value();
+        if self.device {
+            let gc = *self.compression.read();
+            if let Some(gc) = gc {
+                return self.reduce_compressed(entry, &key, vals, gc);
             }
-        };
-        // Values of another dtype are converted first, as MXNet's copy
-        // buffers do.
+        }
+        if vals[0].stype() == StorageType::RowSparse {
+            // The first value decides: sum as row_sparse.
+            if vals.len() == 1 {
+                return if self.device {
+                    Ok(vals[0].clone())
+                } else {
+                    vals[0].copy_to_ctx(Context::PINNED0)
+                };
+            }
+            let ctx = self.merge_ctx(entry, vals);
+            let rows = vals
+                .iter()
+                .map(|v| {
+                    if v.stype() == StorageType::RowSparse {
+                        Ok((*v).clone())
+                    } else {
+                        let r = NDArray::sparse_zeros(
+                            StorageType::RowSparse,
+                            v.shape().clone(),
+                            v.dtype(),
+                            v.ctx(),
+                            &[DType::I64],
+                            &[Shape(vec![0])],
+                        )?;
+                        r.copy_from(v)?;
+                        Ok(r)
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return sum_row_sparse(&rows, key.shape(), key.dtype(), ctx);
+        }
+        if vals.len() == 1 {
+            return Ok(vals[0].clone());
+        }
+        let ctx = self.merge_ctx(entry, vals);
+        let buf = self.merge_buffer(entry, &key, ctx)?;
+        // Values of another dtype or storage type are converted first, as
+        // MXNet's copy buffers do.
         let inputs = vals
             .iter()
             .map(|v| {
-                if v.dtype() == key.dtype() {
+                if v.dtype() == key.dtype() && v.stype() == StorageType::Default {
                     Ok((*v).clone())
                 } else {
                     let c = NDArray::zeros(key.shape().clone(), key.dtype(), v.ctx())?;
@@ -405,6 +491,72 @@ impl LocalStore {
         Ok(buf)
     }
 
+    /// Device store with compression: each pushed array is quantized with
+    /// its own residual (one per position in the list) and dequantized, then
+    /// the results are summed left to right.
+    fn reduce_compressed(
+        &self,
+        entry: &Entry,
+        key: &NDArray,
+        vals: &[&NDArray],
+        gc: CompressionParams,
+    ) -> Result<NDArray> {
+        let n = key.size();
+        let mut residuals = entry.residuals.lock();
+        while residuals.len() < vals.len() {
+            residuals.push(vec![0f32; n]);
+        }
+        let deq = vals
+            .iter()
+            .zip(residuals.iter_mut())
+            .map(|(v, r)| {
+                let out = NDArray::zeros(key.shape().clone(), DType::F32, v.ctx())?;
+                {
+                    let g = v.read();
+                    let mut o = out.write();
+                    compress_round_trip(&gc, g.typed::<f32>(), r, o.typed_mut::<f32>());
+                }
+                Ok(out)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        drop(residuals);
+        if deq.len() == 1 {
+            return Ok(deq.into_iter().next().expect("one value"));
+        }
+        let ctx = self.merge_ctx(entry, vals);
+        let buf = self.merge_buffer(entry, key, ctx)?;
+        sum_into(&deq, &buf, SumOrder::LeftToRight)?;
+        Ok(buf)
+    }
+
+    /// Applies a key's merged value: the updater, or assignment (which
+    /// adopts the merged value's storage type, as MXNet does).
+    fn apply(
+        &self,
+        entry: &Entry,
+        updater: Option<&Arc<dyn Updater>>,
+        merged: &NDArray,
+    ) -> Result<()> {
+        let stored = entry.value();
+        if let Some(u) = updater {
+            u.update(entry.id, entry.str_key.as_deref(), merged, &stored);
+            return Ok(());
+        }
+        if stored.stype() == merged.stype() {
+            return stored.copy_from(merged);
+        }
+        let replacement = match merged.stype() {
+            StorageType::RowSparse => merged.copy_to_ctx(Context::PINNED0)?,
+            _ => {
+                let d = NDArray::zeros(stored.shape().clone(), merged.dtype(), Context::PINNED0)?;
+                d.copy_from(merged)?;
+                d
+            }
+        };
+        *entry.value.lock() = replacement;
+        Ok(())
+    }
+
     fn push_inner(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
         ensure!(
             keys.len() == vals.len(),
@@ -415,39 +567,21 @@ impl LocalStore {
         for v in vals {
             check_value(v, "push")?;
         }
-        let entries = self.entries_for(keys)?;
-        let ids: Vec<i32> = match keys {
-            Keys::Int(k) => k.to_vec(),
-            Keys::Str(_) => {
-                let strs = self.strs.read();
-                (0..keys.len())
-                    .map(|i| match keys {
-                        Keys::Str(k) => strs.lookup(k[i]),
-                        Keys::Int(_) => unreachable!(),
-                    })
-                    .collect::<Result<_>>()?
-            }
-        };
+                let entries = self.entries_for(keys)?;
+        let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
         let groups = group(&ids);
         let mut work = Vec::with_capacity(groups.len());
-        for (id, pos) in groups {
+        for (_, pos) in groups {
             let entry = &entries[pos[0]];
             let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
             self.check_push_group(entry, &group_vals)?;
-            work.push((id, entry.clone(), group_vals));
+            work.push((entry.clone(), group_vals));
         }
         let updater = self.updater.read().clone();
-        for (id, entry, group_vals) in work {
+        for (entry, group_vals) in work {
             let _serial = entry.update.lock();
-            let merged = if group_vals.len() == 1 {
-                group_vals[0].clone()
-            } else {
-                self.merge(&entry, &group_vals)?
-            };
-            match &updater {
-                Some(u) => u.update(id, entry.str_key.as_deref(), &merged, &entry.value),
-                None => entry.value.copy_from(&merged)?,
-            }
+            let merged = self.reduce(&entry, &group_vals)?;
+            self.apply(&entry, updater.as_ref(), &merged)?;
         }
         Ok(())
     }
@@ -520,8 +654,32 @@ impl KvStore for LocalStore {
                 rows.stype().code()
             );
         }
-        self.entries_for(keys)?;
-        bail!("row_sparse pull is not supported yet: this build stores dense values only")
+        let entries = self.entries_for(keys)?;
+        // Check everything before writing any output.
+        let mut plan = Vec::with_capacity(outs.len());
+        for ((entry, out), rows) in entries.iter().zip(outs).zip(row_ids) {
+            let stored = entry.value();
+            ensure!(
+                stored.stype() == StorageType::RowSparse,
+                "Check failed: local.storage_type() == kRowSparseStorage ({} vs. 1) : PullRowSparse expects row_sparse src NDArray (key {})",
+                stored.stype().code(),
+                entry.name
+            );
+            ensure!(
+                out.shape() == stored.shape(),
+                "operands shape mismatch from.shape = {} to.shape={}",
+                stored.shape(),
+                out.shape()
+            );
+            let ids = row_ids_of(rows, stored.shape().dims()[0])
+                .map_err(|e| crate::error::Error::new(format!("{e} (key {})", entry.name)))?;
+            plan.push((entry, out, ids));
+        }
+        for (entry, out, ids) in plan {
+            let _order = entry.update.lock();
+            retain_rows(&entry.value(), &ids, out)?;
+        }
+        Ok(())
     }
 
     fn push_pull(
@@ -567,8 +725,10 @@ impl KvStore for LocalStore {
         *self.updater.write() = updater;
     }
 
-    fn set_gradient_compression(&self, _params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
-        bail!("gradient compression is not supported yet by this build")
+        fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let parsed = CompressionParams::parse(params)?;
+        *self.compression.write() = Some(parsed);
+        Ok(())
     }
 }
 

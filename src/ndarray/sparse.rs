@@ -1,0 +1,462 @@
+//! Sparse arrays. A row_sparse array of logical shape `[R, d1, …]` stores
+//! `nnz` rows: a dense data array `[nnz, d1, …]` and an int64 index array
+//! `[nnz]` (aux 0). csr arrays (aux 0 indptr, aux 1 indices) can be created,
+//! filled, saved and loaded, but no store operation accepts them.
+//!
+//! The parts are ordinary dense arrays: `MXNDArrayGetDataNDArray` and
+//! `MXNDArrayGetAuxNDArray` hand out handles on them, and an operation that
+//! changes the number of stored rows replaces them as a whole.
+
+use super::dtype::{DType, Elem};
+use super::kernels::convert_bytes;
+use super::{Buffer, Context, NDArray, Shape, StorageType};
+use crate::error::Result;
+use crate::{bail, ensure};
+
+/// The storage of a sparse array.
+#[derive(Clone)]
+pub struct Parts {
+    pub data: NDArray,
+    pub aux: Vec<NDArray>,
+}
+
+fn rows_shape(nnz: usize, shape: &Shape) -> Shape {
+    let mut d = vec![nnz as i64];
+    d.extend_from_slice(&shape.dims()[1..]);
+    Shape(d)
+}
+
+fn index_array(ctx: Context, idx: &[i64]) -> Result<NDArray> {
+    NDArray::from_bytes(
+        Shape(vec![idx.len() as i64]),
+        DType::I64,
+        ctx,
+        bytemuck::cast_slice(idx),
+    )
+}
+
+impl NDArray {
+    /// A sparse array holding zeros in parts of the given shapes
+    /// (`MXNDArrayCreateSparseEx`).
+    pub fn sparse_zeros(
+        stype: StorageType,
+        shape: Shape,
+        dtype: DType,
+        ctx: Context,
+        aux_types: &[DType],
+        aux_shapes: &[Shape],
+    ) -> Result<NDArray> {
+        ensure!(
+            aux_types.len() == aux_shapes.len(),
+            "{} aux types for {} aux shapes",
+            aux_types.len(),
+            aux_shapes.len()
+        );
+        for &d in shape.dims() {
+            ensure!(d >= 0, "negative dimension {d} in shape {shape}");
+        }
+        let (data_shape, want) = match stype {
+            StorageType::RowSparse => {
+                ensure!(shape.ndim() >= 1, "a row_sparse array needs at least one dimension");
+                ensure!(
+                    aux_types.len() == 1 && aux_shapes[0].ndim() == 1,
+                    "a row_sparse array has one aux array (the row indices, 1-d); got {}",
+                    aux_types.len()
+                );
+                let nnz = aux_shapes[0].dims()[0];
+                ensure!(nnz >= 0 && nnz <= shape.dims()[0], "{nnz} stored rows for an array of {} rows", shape.dims()[0]);
+                (rows_shape(nnz as usize, &shape), 1)
+            }
+            StorageType::Csr => {
+                ensure!(shape.ndim() == 2, "a csr array must be 2-d, not {shape}");
+                ensure!(
+                    aux_types.len() == 2 && aux_shapes.iter().all(|s| s.ndim() == 1),
+                    "a csr array has two 1-d aux arrays (indptr, indices); got {}",
+                    aux_types.len()
+                );
+                (aux_shapes[1].clone(), 2)
+            }
+            other => bail!("storage type {} is not sparse", other.code()),
+        };
+        debug_assert_eq!(want, aux_types.len());
+        for t in aux_types {
+            ensure!(
+                *t == DType::I64,
+                "aux arrays must be int64 (type 6), not {} (type {})",
+                t.name(),
+                t.code()
+            );
+        }
+        let data = NDArray::zeros(data_shape, dtype, ctx)?;
+        let aux = aux_shapes
+            .iter()
+            .map(|s| NDArray::zeros(s.clone(), DType::I64, ctx))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(NDArray::build(
+            shape,
+            dtype,
+            ctx,
+            stype,
+            Buffer::zeroed(0)?,
+            Some(Parts { data, aux }),
+        ))
+    }
+
+    /// A row_sparse array from its stored rows and their indices.
+    pub fn row_sparse(shape: Shape, ctx: Context, data: NDArray, indices: &[i64]) -> Result<NDArray> {
+        ensure!(
+            data.shape() == &rows_shape(indices.len(), &shape),
+            "row_sparse data of shape {} does not hold {} rows of an array of shape {shape}",
+            data.shape(),
+            indices.len()
+        );
+        let dtype = data.dtype();
+        let aux = vec![index_array(ctx, indices)?];
+        Ok(NDArray::build(
+            shape,
+            dtype,
+            ctx,
+            StorageType::RowSparse,
+            Buffer::zeroed(0)?,
+            Some(Parts { data, aux }),
+        ))
+    }
+
+    /// The current parts of a sparse array.
+    pub fn parts(&self) -> Result<Parts> {
+        match &self.inner.parts {
+            Some(p) => Ok(p.read().clone()),
+            None => bail!("the array is not sparse (storage type {})", self.stype().code()),
+        }
+    }
+
+    fn replace_parts(&self, parts: Parts) {
+        if let Some(p) = &self.inner.parts {
+            *p.write() = parts;
+        }
+    }
+
+    /// The dtype of aux array `i`.
+    pub fn aux_type(&self, i: usize) -> Result<DType> {
+        let p = self.parts()?;
+        match p.aux.get(i) {
+            Some(a) => Ok(a.dtype()),
+            None => bail!("aux index {i} out of range: the array has {} aux arrays", p.aux.len()),
+        }
+    }
+
+    /// Replaces part `i` (-1: the data, ≥0: aux `i`) with a copy of `src`,
+    /// taking `src`'s shape and converting to the part's dtype
+    /// (`MXNDArraySyncCopyFromNDArray`).
+    pub fn set_part(&self, i: i32, src: &NDArray) -> Result<()> {
+        src.ensure_dense("copy from")?;
+        let mut parts = self.parts()?;
+        let slot = if i == -1 {
+            &mut parts.data
+        } else {
+            match usize::try_from(i).ok().and_then(|i| parts.aux.get_mut(i)) {
+                Some(a) => a,
+                None => bail!("aux index {i} out of range"),
+            }
+        };
+        if i == -1 {
+            ensure!(
+                src.shape().ndim() == self.shape().ndim()
+                    && src.shape().dims()[1..] == self.shape().dims()[1..],
+                "data of shape {} does not fit an array of shape {}",
+                src.shape(),
+                self.shape()
+            );
+        } else {
+            ensure!(src.shape().ndim() == 1, "aux arrays are 1-d, not {}", src.shape());
+        }
+        let copy = NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?;
+        copy.copy_from(src)?;
+        *slot = copy;
+        self.replace_parts(parts);
+        Ok(())
+    }
+
+    /// Elements per row (product of the dims after the first).
+    pub fn row_len(&self) -> usize {
+        self.shape().dims()[1..].iter().map(|&d| d as usize).product()
+    }
+
+    /// The row indices of a row_sparse array.
+    pub fn rsp_indices(&self) -> Result<Vec<i64>> {
+        let p = self.parts()?;
+        let idx = p.aux[0].read().typed::<i64>().to_vec();
+        Ok(idx)
+    }
+
+    /// Checks a row_sparse value before the store uses it: data and indices
+    /// agree, and indices are ascending, unique and in `[0, R)`.
+    pub fn check_row_sparse(&self) -> Result<()> {
+        ensure!(self.stype() == StorageType::RowSparse, "not a row_sparse array");
+        let p = self.parts()?;
+        let idx = p.aux[0].read();
+        let idx = idx.typed::<i64>();
+        ensure!(
+            p.data.shape() == &rows_shape(idx.len(), self.shape()),
+            "row_sparse value is inconsistent: {} indices for data of shape {} (array shape {})",
+            idx.len(),
+            p.data.shape(),
+            self.shape()
+        );
+        let rows = self.shape().dims()[0];
+        for (k, &r) in idx.iter().enumerate() {
+            ensure!(
+                (0..rows).contains(&r),
+                "row index {r} is out of range [0, {rows}) in a row_sparse value"
+            );
+            ensure!(
+                k == 0 || idx[k - 1] < r,
+                "row_sparse indices must be sorted ascending without duplicates; found {} before {r}",
+                idx[k - 1]
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn sparse_copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
+        let p = self.parts()?;
+        let data = p.data.copy_to_ctx(ctx)?;
+        let aux = p.aux.iter().map(|a| a.copy_to_ctx(ctx)).collect::<Result<Vec<_>>>()?;
+        Ok(NDArray::build(
+            self.shape().clone(),
+            self.dtype(),
+            ctx,
+            self.stype(),
+            Buffer::zeroed(0)?,
+            Some(Parts { data, aux }),
+        ))
+    }
+}
+
+/// Copies between any dense/row_sparse pair of equal shapes, converting the
+/// dtype: dense → row_sparse stores every row; row_sparse → dense writes the
+/// stored rows over zeros.
+pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
+    ensure!(
+        src.shape() == dst.shape(),
+        "operands shape mismatch from.shape = {} to.shape={}",
+        src.shape(),
+        dst.shape()
+    );
+    if src.same(dst) {
+        return Ok(());
+    }
+    match (src.stype(), dst.stype()) {
+        (StorageType::RowSparse, StorageType::RowSparse) => {
+            let p = src.parts()?;
+            let data = NDArray::zeros(p.data.shape().clone(), dst.dtype(), dst.ctx())?;
+            data.copy_from(&p.data)?;
+            let aux = vec![p.aux[0].copy_to_ctx(dst.ctx())?];
+            dst.replace_parts(Parts { data, aux });
+            Ok(())
+        }
+        (StorageType::Default, StorageType::RowSparse) => {
+            let rows = src.shape().dims()[0];
+            let data = NDArray::zeros(src.shape().clone(), dst.dtype(), dst.ctx())?;
+            data.copy_from(src)?;
+            let idx: Vec<i64> = (0..rows).collect();
+            let aux = vec![index_array(dst.ctx(), &idx)?];
+            dst.replace_parts(Parts { data, aux });
+            Ok(())
+        }
+        (StorageType::RowSparse, StorageType::Default) => {
+            let p = src.parts()?;
+            let idx = p.aux[0].read().typed::<i64>().to_vec();
+            let rows = src.shape().dims()[0];
+            ensure!(
+                p.data.shape().dims().first().copied() == Some(idx.len() as i64),
+                "row_sparse value is inconsistent: {} indices for data of shape {}",
+                idx.len(),
+                p.data.shape()
+            );
+            if let Some(r) = idx.iter().find(|r| !(0..rows).contains(*r)) {
+                bail!("row index {r} is out of range [0, {rows}) in a row_sparse array");
+            }
+            let (ssz, dsz) = (src.dtype().size(), dst.dtype().size());
+            let rl = src.row_len();
+            let data = p.data.read();
+            let mut out = dst.write();
+            out.bytes_mut().fill(0);
+            for (k, &r) in idx.iter().enumerate() {
+                let r = r as usize;
+                convert_bytes(
+                    src.dtype(),
+                    &data.bytes()[k * rl * ssz..(k + 1) * rl * ssz],
+                    dst.dtype(),
+                    &mut out.bytes_mut()[r * rl * dsz..(r + 1) * rl * dsz],
+                );
+            }
+            Ok(())
+        }
+        (s, d) => bail!(
+            "copying storage type {} into storage type {} is not supported (csr arrays are not supported by this library beyond creation and save/load)",
+            s.code(),
+            d.code()
+        ),
+    }
+}
+
+/// Sums row_sparse values (checked, each of `shape` and `dtype`) into a new
+/// row_sparse array: indices are the sorted union; each row is zero plus the
+/// matching rows, added in value order (MXNet's rule).
+pub fn sum_row_sparse(values: &[NDArray], shape: &Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
+    let parts = values.iter().map(|v| v.parts()).collect::<Result<Vec<_>>>()?;
+    let mut union: Vec<i64> = Vec::new();
+    for p in &parts {
+        union.extend_from_slice(p.aux[0].read().typed::<i64>());
+    }
+    union.sort_unstable();
+    union.dedup();
+    let data = NDArray::zeros(rows_shape(union.len(), shape), dtype, ctx)?;
+    let rl: usize = shape.dims()[1..].iter().map(|&d| d as usize).product();
+    {
+        let mut out = data.write();
+        crate::with_dtype!(dtype, T => {
+            let out: &mut [T] = out.typed_mut();
+            for p in &parts {
+                let src = if p.data.dtype() == dtype {
+                    p.data.clone()
+                } else {
+                    let c = NDArray::zeros(p.data.shape().clone(), dtype, ctx)?;
+                    c.copy_from(&p.data)?;
+                    c
+                };
+                let src = src.read();
+                let src: &[T] = src.typed();
+                let idx = p.aux[0].read();
+                for (k, r) in idx.typed::<i64>().iter().enumerate() {
+                    let pos = union.binary_search(r).expect("the union holds every index");
+                    let o = &mut out[pos * rl..(pos + 1) * rl];
+                    for (o, &x) in o.iter_mut().zip(&src[k * rl..(k + 1) * rl]) {
+                        *o = Elem::add(*o, x);
+                    }
+                }
+            }
+        });
+    }
+    NDArray::row_sparse(shape.clone(), ctx, data, &union)
+}
+
+/// Converts row ids of any numeric dtype to sorted, unique int64 ids in
+/// `[0, rows)`.
+pub fn row_ids(ids: &NDArray, rows: i64) -> Result<Vec<i64>> {
+    ids.ensure_dense("read row ids from")?;
+    let g = ids.read();
+    let mut out: Vec<i64> = crate::with_dtype!(ids.dtype(), T => g
+        .typed::<T>()
+        .iter()
+        .map(|v| <i64 as Elem>::from_wide(Elem::to_wide(*v)))
+        .collect());
+    out.sort_unstable();
+    out.dedup();
+    if let Some(r) = out.iter().find(|r| !(0..rows).contains(*r)) {
+        bail!("row id {r} is out of range [0, {rows})");
+    }
+    Ok(out)
+}
+
+/// Fills the row_sparse `out` with the rows `ids` (sorted, unique, in range)
+/// of the row_sparse `stored`: stored rows where present, zeros elsewhere.
+/// Touches only the requested rows.
+pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
+    ensure!(
+        stored.shape() == out.shape(),
+        "operands shape mismatch from.shape = {} to.shape={}",
+        stored.shape(),
+        out.shape()
+    );
+    let p = stored.parts()?;
+    let rl = stored.row_len();
+    let (ssz, dsz) = (stored.dtype().size(), out.dtype().size());
+    let data = NDArray::zeros(rows_shape(ids.len(), out.shape()), out.dtype(), out.ctx())?;
+    {
+        let idx = p.aux[0].read();
+        let idx = idx.typed::<i64>();
+        let full = idx.len() as i64 == stored.shape().dims()[0];
+        let src = p.data.read();
+        let mut dst = data.write();
+        for (j, id) in ids.iter().enumerate() {
+            let k = if full { Some(*id as usize) } else { idx.binary_search(id).ok() };
+            if let Some(k) = k {
+                convert_bytes(
+                    stored.dtype(),
+                    &src.bytes()[k * rl * ssz..(k + 1) * rl * ssz],
+                    out.dtype(),
+                    &mut dst.bytes_mut()[j * rl * dsz..(j + 1) * rl * dsz],
+                );
+            }
+        }
+    }
+    let aux = vec![index_array(out.ctx(), ids)?];
+    out.replace_parts(Parts { data, aux });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(shape: &[i64], v: &[f32]) -> NDArray {
+        NDArray::from_bytes(Shape(shape.to_vec()), DType::F32, Context::CPU0, bytemuck::cast_slice(v)).unwrap()
+    }
+
+    fn rsp(rows: i64, idx: &[i64], v: &[f32]) -> NDArray {
+        let data = dense(&[idx.len() as i64, 2], v);
+        NDArray::row_sparse(Shape(vec![rows, 2]), Context::CPU0, data, idx).unwrap()
+    }
+
+    fn dense_of(a: &NDArray) -> Vec<f32> {
+        let out = NDArray::zeros(a.shape().clone(), DType::F32, Context::CPU0).unwrap();
+        out.copy_from(a).unwrap();
+        let v = out.read().typed::<f32>().to_vec();
+        v
+    }
+
+    #[test]
+    fn sum_is_union_in_value_order() {
+        let a = rsp(4, &[0, 2], &[1., 1., 2., 2.]);
+        let b = rsp(4, &[2, 3], &[10., 10., 5., 5.]);
+        let s = sum_row_sparse(&[a, b], &Shape(vec![4, 2]), DType::F32, Context::PINNED0).unwrap();
+        assert_eq!(s.rsp_indices().unwrap(), vec![0, 2, 3]);
+        assert_eq!(dense_of(&s), vec![1., 1., 0., 0., 12., 12., 5., 5.]);
+        // A row present once is 0 + x: -0.0 becomes +0.0, as in MXNet.
+        let c = rsp(4, &[1], &[-0.0, 1.0]);
+        let s = sum_row_sparse(&[c], &Shape(vec![4, 2]), DType::F32, Context::CPU0).unwrap();
+        assert_eq!(dense_of(&s)[2].to_bits(), 0);
+    }
+
+    #[test]
+    fn retain_sorts_dedups_and_zero_fills() {
+        let stored = rsp(6, &[0, 2, 3], &[1., 1., 2., 2., 3., 3.5]);
+        let ids = row_ids(&dense(&[3], &[3., 1., 3.]), 6).unwrap();
+        assert_eq!(ids, vec![1, 3]);
+        let out = NDArray::sparse_zeros(StorageType::RowSparse, Shape(vec![6, 2]), DType::F32, Context::CPU0, &[DType::I64], &[Shape(vec![0])]).unwrap();
+        retain_rows(&stored, &ids, &out).unwrap();
+        assert_eq!(out.rsp_indices().unwrap(), vec![1, 3]);
+        assert_eq!(out.parts().unwrap().data.read().typed::<f32>(), &[0., 0., 3., 3.5]);
+        assert!(row_ids(&dense(&[1], &[6.0]), 6).is_err());
+        assert_eq!(row_ids(&dense(&[2], &[2.7, 0.2]), 6).unwrap(), vec![0, 2]);
+    }
+
+    #[test]
+    fn checks_reject_bad_indices() {
+        assert!(rsp(4, &[2, 1], &[0.; 4]).check_row_sparse().is_err());
+        assert!(rsp(4, &[1, 1], &[0.; 4]).check_row_sparse().is_err());
+        assert!(rsp(4, &[1, 4], &[0.; 4]).check_row_sparse().is_err());
+        assert!(rsp(4, &[0, 3], &[0.; 4]).check_row_sparse().is_ok());
+    }
+
+    #[test]
+    fn dense_and_sparse_copies() {
+        let d = dense(&[3, 2], &[1., 2., 3., 4., 5., 6.]);
+        let r = NDArray::sparse_zeros(StorageType::RowSparse, Shape(vec![3, 2]), DType::F64, Context::CPU0, &[DType::I64], &[Shape(vec![0])]).unwrap();
+        r.copy_from(&d).unwrap();
+        assert_eq!(r.rsp_indices().unwrap(), vec![0, 1, 2]);
+        assert_eq!(dense_of(&r), vec![1., 2., 3., 4., 5., 6.]);
+    }
+}
