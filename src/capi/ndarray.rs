@@ -137,7 +137,11 @@ fn create_sparse(
     let stype = match storage_type {
         1 => StorageType::RowSparse,
         2 => StorageType::Csr,
-        s => return Err(Error::new(format!("storage type {s} is not sparse (row_sparse 1, csr 2)"))),
+        s => {
+            return Err(Error::new(format!(
+                "storage type {s} is not sparse (row_sparse 1, csr 2)"
+            )))
+        }
     };
     let aux_types = aux_types
         .into_iter()
@@ -205,7 +209,16 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
         let aux_dims = unsafe { slice(aux_shape, total, "aux_shape")? };
         let aux_dims: Vec<i64> = aux_dims.iter().map(|&d| i64::from(d)).collect();
         let shape = Shape(dims.iter().map(|&d| i64::from(d)).collect());
-        create_sparse(storage_type, shape, dev_type, dev_id, dtype, types.to_vec(), split_aux_shapes(&ndims, &aux_dims)?, out)
+        create_sparse(
+            storage_type,
+            shape,
+            dev_type,
+            dev_id,
+            dtype,
+            types.to_vec(),
+            split_aux_shapes(&ndims, &aux_dims)?,
+            out,
+        )
     })
 }
 
@@ -227,7 +240,8 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayCreateSparseEx64", || {
-        let n = usize::try_from(ndim).map_err(|_| Error::new(format!("ndim {ndim} is negative")))?;
+        let n =
+            usize::try_from(ndim).map_err(|_| Error::new(format!("ndim {ndim} is negative")))?;
         // SAFETY: as for MXNDArrayCreateSparseEx.
         let (dims, types, ndims) = unsafe {
             (
@@ -243,7 +257,16 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
         let total = ndims.iter().sum::<usize>();
         // SAFETY: as above.
         let aux_dims = unsafe { slice(aux_shape, total, "aux_shape")? };
-        create_sparse(storage_type, Shape(dims.to_vec()), dev_type, dev_id, dtype, types.to_vec(), split_aux_shapes(&ndims, aux_dims)?, out)
+        create_sparse(
+            storage_type,
+            Shape(dims.to_vec()),
+            dev_type,
+            dev_id,
+            dtype,
+            types.to_vec(),
+            split_aux_shapes(&ndims, aux_dims)?,
+            out,
+        )
     })
 }
 
@@ -308,7 +331,7 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(
     i: c_int,
 ) -> c_int {
     api_call("MXNDArraySyncCopyFromNDArray", || {
-                let dst = ndarray(handle_dst, "handle_dst")?;
+        let dst = ndarray(handle_dst, "handle_dst")?;
         let src = ndarray(handle_src, "handle_src")?;
         if dst.is_sparse() {
             return dst.set_part(i, &src);
@@ -511,10 +534,12 @@ fn aux_type(handle: NDArrayHandle, i: usize, out_type: *mut c_int) -> Result<()>
 fn aux_ndarray(handle: NDArrayHandle, i: usize, out: *mut NDArrayHandle) -> Result<()> {
     let a = ndarray(handle, "handle")?;
     let parts = a.parts()?;
-    let aux = parts
-        .aux
-        .get(i)
-        .ok_or_else(|| Error::new(format!("aux index {i} out of range: the array has {} aux arrays", parts.aux.len())))?;
+    let aux = parts.aux.get(i).ok_or_else(|| {
+        Error::new(format!(
+            "aux index {i} out of range: the array has {} aux arrays",
+            parts.aux.len()
+        ))
+    })?;
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
@@ -524,30 +549,58 @@ fn aux_ndarray(handle: NDArrayHandle, i: usize, out: *mut NDArrayHandle) -> Resu
 
 /// The dtype of aux array `i` (sparse arrays: 6, int64).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *mut c_int) -> c_int {
-    api_call("MXNDArrayGetAuxType", || aux_type(handle, i as usize, out_type))
+pub unsafe extern "C" fn MXNDArrayGetAuxType(
+    handle: NDArrayHandle,
+    i: u32,
+    out_type: *mut c_int,
+) -> c_int {
+    api_call("MXNDArrayGetAuxType", || {
+        aux_type(handle, i as usize, out_type)
+    })
 }
 
 /// [`MXNDArrayGetAuxType`] with a 64-bit index.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxType64(handle: NDArrayHandle, i: i64, out_type: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetAuxType64(
+    handle: NDArrayHandle,
+    i: i64,
+    out_type: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetAuxType64", || {
-        aux_type(handle, usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?, out_type)
+        aux_type(
+            handle,
+            usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?,
+            out_type,
+        )
     })
 }
 
 /// A new handle on aux array `i` of a sparse array (it shares the storage
 /// until an operation replaces the array's parts).
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mut NDArrayHandle) -> c_int {
-    api_call("MXNDArrayGetAuxNDArray", || aux_ndarray(handle, i as usize, out))
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(
+    handle: NDArrayHandle,
+    i: u32,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayGetAuxNDArray", || {
+        aux_ndarray(handle, i as usize, out)
+    })
 }
 
 /// [`MXNDArrayGetAuxNDArray`] with a 64-bit index.
 #[no_mangle]
-pub unsafe extern "C" fn MXNDArrayGetAuxNDArray64(handle: NDArrayHandle, i: i64, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray64(
+    handle: NDArrayHandle,
+    i: i64,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayGetAuxNDArray64", || {
-        aux_ndarray(handle, usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?, out)
+        aux_ndarray(
+            handle,
+            usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?,
+            out,
+        )
     })
 }
 
@@ -572,7 +625,7 @@ pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayGetDataNDArray", || {
-                let a = ndarray(handle, "handle")?;
+        let a = ndarray(handle, "handle")?;
         let data = if a.is_sparse() {
             a.parts()?.data
         } else {

@@ -40,6 +40,41 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
     }))
 }
 
+/// Copies `src` (elements of `sdt`) into every output, converting to each
+/// output's dtype. The source is read once: it is walked in blocks, and each
+/// block is written to all outputs while it is in cache.
+pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
+    let n = src.len() / sdt.size();
+    let parallel = n * (outs.len() + 1) >= PAR_MIN;
+    const ELEMS: usize = 1 << 14;
+    let blocks = n.div_ceil(ELEMS);
+    // One task per block: the block of the source and of every output.
+    let mut tasks: Vec<(usize, Vec<(DType, &mut [u8])>)> = (0..blocks)
+        .map(|b| (b, Vec::with_capacity(outs.len())))
+        .collect();
+    for (dt, buf) in outs.iter_mut() {
+        let dt = *dt;
+        for (b, chunk) in buf.chunks_mut(ELEMS * dt.size()).enumerate() {
+            tasks[b].1.push((dt, chunk));
+        }
+    }
+    let run = |(b, outs): &mut (usize, Vec<(DType, &mut [u8])>)| {
+        let s = &src[*b * ELEMS * sdt.size()..((*b + 1) * ELEMS).min(n) * sdt.size()];
+        for (dt, o) in outs.iter_mut() {
+            if *dt == sdt {
+                o.copy_from_slice(s);
+            } else {
+                convert_bytes(sdt, s, *dt, o);
+            }
+        }
+    };
+    if parallel {
+        tasks.par_iter_mut().for_each(run);
+    } else {
+        tasks.iter_mut().for_each(run);
+    }
+}
+
 /// `dst.copy_from_slice(src)`, in parallel for large buffers.
 pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
     const PAR_BYTES: usize = 1 << 20;

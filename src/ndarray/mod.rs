@@ -399,6 +399,45 @@ impl NDArray {
     }
 }
 
+/// Copies `src` into every array of `outs` (dense, each of `src`'s shape;
+/// any dtype), reading `src` once. Locks are taken in address order.
+pub fn copy_to_many(src: &NDArray, outs: &[&NDArray]) -> Result<()> {
+    if src.is_sparse() || outs.iter().any(|o| o.is_sparse() || o.same(src)) || outs.len() < 2 {
+        for o in outs {
+            o.copy_from(src)?;
+        }
+        return Ok(());
+    }
+    src.ensure_dense("copy from")?;
+    for o in outs {
+        o.ensure_dense("copy into")?;
+        ensure!(
+            src.shape() == o.shape(),
+            "operands shape mismatch from.shape = {} to.shape={}",
+            src.shape(),
+            o.shape()
+        );
+    }
+    let mut uniq: Vec<&NDArray> = outs.to_vec();
+    uniq.sort_by_key(|a| a.addr());
+    uniq.dedup_by(|a, b| a.same(b));
+    let mut src_guard = None;
+    let mut writes = Vec::with_capacity(uniq.len());
+    for o in &uniq {
+        if src_guard.is_none() && src.addr() < o.addr() {
+            src_guard = Some(src.read());
+        }
+        writes.push((o.dtype(), o.write()));
+    }
+    let src_guard = src_guard.unwrap_or_else(|| src.read());
+    let mut targets: Vec<(DType, &mut [u8])> = writes
+        .iter_mut()
+        .map(|(d, g)| (*d, g.bytes_mut()))
+        .collect();
+    kernels::broadcast_bytes(src.dtype(), src_guard.bytes(), &mut targets);
+    Ok(())
+}
+
 /// Locks `src` for reading and `dst` for writing, always in address order so
 /// that two threads copying in opposite directions cannot deadlock.
 pub fn lock_read_write<'a>(

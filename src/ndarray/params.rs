@@ -53,7 +53,7 @@ fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
         StorageType::Undefined => {
             bail!("Unknown storage type-1: cannot save an empty NDArray (MXNDArrayCreateNone)")
         }
-                StorageType::Default => {}
+        StorageType::Default => {}
         StorageType::RowSparse | StorageType::Csr => {
             let parts = a.parts()?;
             write_shape(out, parts.data.shape());
@@ -180,7 +180,7 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
             r.shape()?;
             return Ok(NDArray::none());
         }
-                1 | 2 => return read_sparse(r, stype),
+        1 | 2 => return read_sparse(r, stype),
         s => bail!("Invalid NDArray file format: storage type {s}"),
     }
     let shape = r.shape()?;
@@ -219,17 +219,29 @@ fn byte_len(r: &Reader<'_>, shape: &Shape, dtype: DType) -> Result<usize> {
         .iter()
         .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
         .filter(|&n| n <= r.buf.len() - r.pos)
-        .ok_or_else(|| Error::new(format!("Invalid NDArray file format: array of shape {shape} does not fit in the file")))
+        .ok_or_else(|| {
+            Error::new(format!(
+                "Invalid NDArray file format: array of shape {shape} does not fit in the file"
+            ))
+        })
 }
 
 fn read_sparse(r: &mut Reader<'_>, stype: i32) -> Result<NDArray> {
-    let stype = if stype == 1 { StorageType::RowSparse } else { StorageType::Csr };
+    let stype = if stype == 1 {
+        StorageType::RowSparse
+    } else {
+        StorageType::Csr
+    };
     let storage_shape = r.shape()?;
     let shape = r.shape()?;
     r.i32()?;
     r.i32()?;
     let dtype = DType::from_code(r.i32()?)?;
-    let naux = if stype == StorageType::RowSparse { 1 } else { 2 };
+    let naux = if stype == StorageType::RowSparse {
+        1
+    } else {
+        2
+    };
     let mut aux_types = Vec::with_capacity(naux);
     let mut aux_shapes = Vec::with_capacity(naux);
     for _ in 0..naux {
@@ -281,7 +293,7 @@ mod tests {
         assert_eq!(save(&arrays, &names).unwrap(), bytes);
     }
 
-        #[test]
+    #[test]
     fn row_sparse_round_trip() {
         let data = NDArray::from_bytes(
             Shape(vec![2, 2]),

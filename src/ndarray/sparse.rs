@@ -57,14 +57,21 @@ impl NDArray {
         }
         let (data_shape, want) = match stype {
             StorageType::RowSparse => {
-                ensure!(shape.ndim() >= 1, "a row_sparse array needs at least one dimension");
+                ensure!(
+                    shape.ndim() >= 1,
+                    "a row_sparse array needs at least one dimension"
+                );
                 ensure!(
                     aux_types.len() == 1 && aux_shapes[0].ndim() == 1,
                     "a row_sparse array has one aux array (the row indices, 1-d); got {}",
                     aux_types.len()
                 );
                 let nnz = aux_shapes[0].dims()[0];
-                ensure!(nnz >= 0 && nnz <= shape.dims()[0], "{nnz} stored rows for an array of {} rows", shape.dims()[0]);
+                ensure!(
+                    nnz >= 0 && nnz <= shape.dims()[0],
+                    "{nnz} stored rows for an array of {} rows",
+                    shape.dims()[0]
+                );
                 (rows_shape(nnz as usize, &shape), 1)
             }
             StorageType::Csr => {
@@ -103,7 +110,12 @@ impl NDArray {
     }
 
     /// A row_sparse array from its stored rows and their indices.
-    pub fn row_sparse(shape: Shape, ctx: Context, data: NDArray, indices: &[i64]) -> Result<NDArray> {
+    pub fn row_sparse(
+        shape: Shape,
+        ctx: Context,
+        data: NDArray,
+        indices: &[i64],
+    ) -> Result<NDArray> {
         ensure!(
             data.shape() == &rows_shape(indices.len(), &shape),
             "row_sparse data of shape {} does not hold {} rows of an array of shape {shape}",
@@ -126,7 +138,10 @@ impl NDArray {
     pub fn parts(&self) -> Result<Parts> {
         match &self.inner.parts {
             Some(p) => Ok(p.read().clone()),
-            None => bail!("the array is not sparse (storage type {})", self.stype().code()),
+            None => bail!(
+                "the array is not sparse (storage type {})",
+                self.stype().code()
+            ),
         }
     }
 
@@ -141,7 +156,10 @@ impl NDArray {
         let p = self.parts()?;
         match p.aux.get(i) {
             Some(a) => Ok(a.dtype()),
-            None => bail!("aux index {i} out of range: the array has {} aux arrays", p.aux.len()),
+            None => bail!(
+                "aux index {i} out of range: the array has {} aux arrays",
+                p.aux.len()
+            ),
         }
     }
 
@@ -168,7 +186,11 @@ impl NDArray {
                 self.shape()
             );
         } else {
-            ensure!(src.shape().ndim() == 1, "aux arrays are 1-d, not {}", src.shape());
+            ensure!(
+                src.shape().ndim() == 1,
+                "aux arrays are 1-d, not {}",
+                src.shape()
+            );
         }
         let copy = NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?;
         copy.copy_from(src)?;
@@ -179,7 +201,10 @@ impl NDArray {
 
     /// Elements per row (product of the dims after the first).
     pub fn row_len(&self) -> usize {
-        self.shape().dims()[1..].iter().map(|&d| d as usize).product()
+        self.shape().dims()[1..]
+            .iter()
+            .map(|&d| d as usize)
+            .product()
     }
 
     /// The row indices of a row_sparse array.
@@ -192,7 +217,10 @@ impl NDArray {
     /// Checks a row_sparse value before the store uses it: data and indices
     /// agree, and indices are ascending, unique and in `[0, R)`.
     pub fn check_row_sparse(&self) -> Result<()> {
-        ensure!(self.stype() == StorageType::RowSparse, "not a row_sparse array");
+        ensure!(
+            self.stype() == StorageType::RowSparse,
+            "not a row_sparse array"
+        );
         let p = self.parts()?;
         let idx = p.aux[0].read();
         let idx = idx.typed::<i64>();
@@ -221,7 +249,11 @@ impl NDArray {
     pub(super) fn sparse_copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
         let p = self.parts()?;
         let data = p.data.copy_to_ctx(ctx)?;
-        let aux = p.aux.iter().map(|a| a.copy_to_ctx(ctx)).collect::<Result<Vec<_>>>()?;
+        let aux = p
+            .aux
+            .iter()
+            .map(|a| a.copy_to_ctx(ctx))
+            .collect::<Result<Vec<_>>>()?;
         Ok(NDArray::build(
             self.shape().clone(),
             self.dtype(),
@@ -304,8 +336,16 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
 /// Sums row_sparse values (checked, each of `shape` and `dtype`) into a new
 /// row_sparse array: indices are the sorted union; each row is zero plus the
 /// matching rows, added in value order (MXNet's rule).
-pub fn sum_row_sparse(values: &[NDArray], shape: &Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
-    let parts = values.iter().map(|v| v.parts()).collect::<Result<Vec<_>>>()?;
+pub fn sum_row_sparse(
+    values: &[NDArray],
+    shape: &Shape,
+    dtype: DType,
+    ctx: Context,
+) -> Result<NDArray> {
+    let parts = values
+        .iter()
+        .map(|v| v.parts())
+        .collect::<Result<Vec<_>>>()?;
     let mut union: Vec<i64> = Vec::new();
     for p in &parts {
         union.extend_from_slice(p.aux[0].read().typed::<i64>());
@@ -381,7 +421,11 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
         let src = p.data.read();
         let mut dst = data.write();
         for (j, id) in ids.iter().enumerate() {
-            let k = if full { Some(*id as usize) } else { idx.binary_search(id).ok() };
+            let k = if full {
+                Some(*id as usize)
+            } else {
+                idx.binary_search(id).ok()
+            };
             if let Some(k) = k {
                 convert_bytes(
                     stored.dtype(),
@@ -402,7 +446,13 @@ mod tests {
     use super::*;
 
     fn dense(shape: &[i64], v: &[f32]) -> NDArray {
-        NDArray::from_bytes(Shape(shape.to_vec()), DType::F32, Context::CPU0, bytemuck::cast_slice(v)).unwrap()
+        NDArray::from_bytes(
+            Shape(shape.to_vec()),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(v),
+        )
+        .unwrap()
     }
 
     fn rsp(rows: i64, idx: &[i64], v: &[f32]) -> NDArray {
@@ -435,10 +485,21 @@ mod tests {
         let stored = rsp(6, &[0, 2, 3], &[1., 1., 2., 2., 3., 3.5]);
         let ids = row_ids(&dense(&[3], &[3., 1., 3.]), 6).unwrap();
         assert_eq!(ids, vec![1, 3]);
-        let out = NDArray::sparse_zeros(StorageType::RowSparse, Shape(vec![6, 2]), DType::F32, Context::CPU0, &[DType::I64], &[Shape(vec![0])]).unwrap();
+        let out = NDArray::sparse_zeros(
+            StorageType::RowSparse,
+            Shape(vec![6, 2]),
+            DType::F32,
+            Context::CPU0,
+            &[DType::I64],
+            &[Shape(vec![0])],
+        )
+        .unwrap();
         retain_rows(&stored, &ids, &out).unwrap();
         assert_eq!(out.rsp_indices().unwrap(), vec![1, 3]);
-        assert_eq!(out.parts().unwrap().data.read().typed::<f32>(), &[0., 0., 3., 3.5]);
+        assert_eq!(
+            out.parts().unwrap().data.read().typed::<f32>(),
+            &[0., 0., 3., 3.5]
+        );
         assert!(row_ids(&dense(&[1], &[6.0]), 6).is_err());
         assert_eq!(row_ids(&dense(&[2], &[2.7, 0.2]), 6).unwrap(), vec![0, 2]);
     }
@@ -454,7 +515,15 @@ mod tests {
     #[test]
     fn dense_and_sparse_copies() {
         let d = dense(&[3, 2], &[1., 2., 3., 4., 5., 6.]);
-        let r = NDArray::sparse_zeros(StorageType::RowSparse, Shape(vec![3, 2]), DType::F64, Context::CPU0, &[DType::I64], &[Shape(vec![0])]).unwrap();
+        let r = NDArray::sparse_zeros(
+            StorageType::RowSparse,
+            Shape(vec![3, 2]),
+            DType::F64,
+            Context::CPU0,
+            &[DType::I64],
+            &[Shape(vec![0])],
+        )
+        .unwrap();
         r.copy_from(&d).unwrap();
         assert_eq!(r.rsp_indices().unwrap(), vec![0, 1, 2]);
         assert_eq!(dense_of(&r), vec![1., 2., 3., 4., 5., 6.]);

@@ -4,15 +4,15 @@
 //! before it changes anything.
 #![forbid(unsafe_code)]
 
+use super::gc::{compress_round_trip, CompressionParams};
 use super::group::{group, stdsort_by};
 use super::keys::{Keys, KindLock, StrRegistry};
 use super::{KvStore, Updater};
 use crate::error::Result;
 use crate::ndarray::dtype::DType;
 use crate::ndarray::kernels::SumOrder;
-use super::gc::{compress_round_trip, CompressionParams};
 use crate::ndarray::sparse::{retain_rows, row_ids as row_ids_of, sum_row_sparse};
-use crate::ndarray::{sum_into, Context, NDArray, Shape, StorageType};
+use crate::ndarray::{copy_to_many, sum_into, Context, NDArray, Shape, StorageType};
 use crate::{bail, ensure};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -26,13 +26,13 @@ struct Entry {
     name: String,
     /// The caller's string for string keys (handed to string updaters).
     str_key: Option<Vec<u8>>,
-        /// The stored value, on `cpu_pinned(0)`. Replaced only when a push
+    /// The stored value, on `cpu_pinned(0)`. Replaced only when a push
     /// changes the key's storage type (dense ↔ row_sparse), as in MXNet.
     value: Mutex<NDArray>,
     /// Serialises pushes (and orders pulls) of this key; reentrant so that an
     /// updater may call back into the store on its own thread.
     update: ReentrantMutex<()>,
-        /// Where multi-value pushes are summed.
+    /// Where multi-value pushes are summed.
     merge: Mutex<Merge>,
     /// Gradient-compression residuals, one per position in the pushed list.
     residuals: Mutex<Vec<Vec<f32>>>,
@@ -70,7 +70,7 @@ pub struct LocalStore {
     kind: KindLock,
     strs: RwLock<StrRegistry>,
     entries: RwLock<HashMap<i32, Arc<Entry>>>,
-        updater: RwLock<Option<Arc<dyn Updater>>>,
+    updater: RwLock<Option<Arc<dyn Updater>>>,
     compression: RwLock<Option<CompressionParams>>,
     warned_sparse_pull: Mutex<HashSet<i32>>,
 }
@@ -111,7 +111,7 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
         StorageType::Undefined => bail!(
             "pull: the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated"
         ),
-                StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
+        StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
         StorageType::RowSparse => {
             ensure!(
                 out.shape() == stored.shape(),
@@ -121,7 +121,9 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
             );
             Ok(true)
         }
-        StorageType::Csr => bail!("pull into a csr output is not supported (csr values cannot be stored)"),
+        StorageType::Csr => {
+            bail!("pull into a csr output is not supported (csr values cannot be stored)")
+        }
     }
 }
 
@@ -134,7 +136,7 @@ impl LocalStore {
             kind: KindLock::default(),
             strs: RwLock::new(StrRegistry::default()),
             entries: RwLock::new(HashMap::new()),
-                        updater: RwLock::new(None),
+            updater: RwLock::new(None),
             compression: RwLock::new(None),
             warned_sparse_pull: Mutex::new(HashSet::new()),
         }
@@ -177,7 +179,7 @@ impl LocalStore {
     ) -> Result<Vec<(Arc<Entry>, &'o NDArray)>> {
         let mut plan = Vec::with_capacity(outs.len());
         for (entry, out) in entries.into_iter().zip(outs) {
-                        if check_output(&entry.value(), out, ignore_sparse)? {
+            if check_output(&entry.value(), out, ignore_sparse)? {
                 plan.push((entry, out));
             } else {
                 self.warn_sparse_pull(&entry);
@@ -211,7 +213,7 @@ impl LocalStore {
                 let _order = entry.update.lock();
                 let first = ((id as i64 as u64) % pos.len() as u64) as usize;
                 let head = plan[pos[first]].1;
-                                head.copy_from(&entry.value())?;
+                head.copy_from(&entry.value())?;
                 for (i, &p) in pos.iter().enumerate() {
                     if i != first {
                         plan[p].1.copy_from(head)?;
@@ -220,9 +222,12 @@ impl LocalStore {
             }
             return Ok(());
         }
-        for (entry, out) in plan {
+        let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
+        for (_, pos) in group(&ids) {
+            let entry = &plan[pos[0]].0;
             let _order = entry.update.lock();
-                        out.copy_from(&entry.value())?;
+            let outs: Vec<&NDArray> = pos.iter().map(|&p| plan[p].1).collect();
+            copy_to_many(&entry.value(), &outs)?;
         }
         Ok(())
     }
@@ -257,7 +262,7 @@ impl LocalStore {
                     min = s.2;
                 }
             }
-                        if let Some(entry) = map.get(&id) {
+            if let Some(entry) = map.get(&id) {
                 entry.merge.lock().ctx.get_or_insert(slots[pick].1);
             }
             slots[pick].2 += size;
@@ -314,7 +319,7 @@ impl LocalStore {
                 id,
                 name,
                 str_key,
-                                value: Mutex::new(value),
+                value: Mutex::new(value),
                 update: ReentrantMutex::new(()),
                 merge: Mutex::new(Merge::default()),
                 residuals: Mutex::new(Vec::new()),
@@ -343,7 +348,7 @@ impl LocalStore {
                     .map(|(_, e)| e.clone())
                     .or_else(|| map.get(&id).cloned())
                     .ok_or_else(|| not_inited(&okeys.show(i)))?;
-                                if check_output(&entry.value(), out, true)? {
+                if check_output(&entry.value(), out, true)? {
                     plan.push((entry, out));
                 }
             }
@@ -366,7 +371,7 @@ impl LocalStore {
     }
 
     /// Checks one key's pushed values against its stored value.
-        fn check_push_group(&self, entry: &Entry, vals: &[&NDArray]) -> Result<()> {
+    fn check_push_group(&self, entry: &Entry, vals: &[&NDArray]) -> Result<()> {
         let key = &entry.value();
         for v in vals {
             ensure!(
@@ -386,7 +391,7 @@ impl LocalStore {
         );
         ensure!(
             vals.len() == 1 || key.dtype() != DType::Bool,
-                        "Unknown type enum 7: bool values of key {} cannot be summed",
+            "Unknown type enum 7: bool values of key {} cannot be summed",
             entry.name
         );
         if self.device && self.compression.read().is_some() {
@@ -473,10 +478,14 @@ impl LocalStore {
         }
         let ctx = self.merge_ctx(entry, vals);
         let buf = self.merge_buffer(entry, &key, ctx)?;
-        // Values of another dtype or storage type are converted first, as
-        // MXNet's copy buffers do.
-        let inputs = vals
-            .iter()
+        sum_into(&Self::dense_inputs(&key, vals)?, &buf, self.order())?;
+        Ok(buf)
+    }
+
+    /// Values of another dtype or storage type are converted to the key's
+    /// first, as MXNet's copy buffers do.
+    fn dense_inputs(key: &NDArray, vals: &[&NDArray]) -> Result<Vec<NDArray>> {
+        vals.iter()
             .map(|v| {
                 if v.dtype() == key.dtype() && v.stype() == StorageType::Default {
                     Ok((*v).clone())
@@ -486,9 +495,26 @@ impl LocalStore {
                     Ok(c)
                 }
             })
-            .collect::<Result<Vec<_>>>()?;
-        sum_into(&inputs, &buf, self.order())?;
-        Ok(buf)
+            .collect()
+    }
+
+    /// Without an updater, a dense multi-value push is summed straight into
+    /// the stored value: the same numbers as summing into a merge buffer and
+    /// assigning, with one pass less and no merge buffer.
+    fn try_sum_in_place(&self, entry: &Entry, vals: &[&NDArray]) -> Result<bool> {
+        let stored = entry.value();
+        let compressed = self.device && self.compression.read().is_some();
+        if compressed
+            || vals.len() < 2
+            || vals[0].stype() != StorageType::Default
+            || stored.stype() != StorageType::Default
+        {
+            return Ok(false);
+        }
+        // Keeps a device store's merge-buffer placement as MXNet's.
+        self.merge_ctx(entry, vals);
+        sum_into(&Self::dense_inputs(&stored, vals)?, &stored, self.order())?;
+        Ok(true)
     }
 
     /// Device store with compression: each pushed array is quantized with
@@ -567,7 +593,7 @@ impl LocalStore {
         for v in vals {
             check_value(v, "push")?;
         }
-                let entries = self.entries_for(keys)?;
+        let entries = self.entries_for(keys)?;
         let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
         let groups = group(&ids);
         let mut work = Vec::with_capacity(groups.len());
@@ -580,6 +606,9 @@ impl LocalStore {
         let updater = self.updater.read().clone();
         for (entry, group_vals) in work {
             let _serial = entry.update.lock();
+            if updater.is_none() && self.try_sum_in_place(&entry, &group_vals)? {
+                continue;
+            }
             let merged = self.reduce(&entry, &group_vals)?;
             self.apply(&entry, updater.as_ref(), &merged)?;
         }
@@ -725,7 +754,7 @@ impl KvStore for LocalStore {
         *self.updater.write() = updater;
     }
 
-        fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+    fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let parsed = CompressionParams::parse(params)?;
         *self.compression.write() = Some(parsed);
         Ok(())
