@@ -235,9 +235,16 @@ int MXNDArrayCreateEx(const uint32_t *shape, uint32_t ndim, int dev_type, int de
 int MXNDArrayCreateEx64(const int64_t *shape, int ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, NDArrayHandle *out);
 
 /*
- Sparse arrays (row_sparse, csr).
+ A sparse array: `storage_type` 1 (row_sparse: one int64 aux array, the
+ row indices, of shape `{nnz}`) or 2 (csr: int64 indptr and indices).
+ The parts are zero-filled; fill them with `MXNDArraySyncCopyFromNDArray`.
  */
-int MXNDArrayCreateSparseEx(int storage_type, const uint32_t *_shape, uint32_t _ndim, int _dev_type, int _dev_id, int _delay_alloc, int _dtype, uint32_t _num_aux, int *_aux_type, uint32_t *_aux_ndims, const uint32_t *_aux_shape, NDArrayHandle *_out);
+int MXNDArrayCreateSparseEx(int storage_type, const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, uint32_t num_aux, int *aux_type, uint32_t *aux_ndims, const uint32_t *aux_shape, NDArrayHandle *out);
+
+/*
+ [`MXNDArrayCreateSparseEx`] with 64-bit dims.
+ */
+int MXNDArrayCreateSparseEx64(int storage_type, const int64_t *shape, int ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, uint32_t num_aux, int *aux_type, int *aux_ndims, const int64_t *aux_shape, NDArrayHandle *out);
 
 /*
  Copies `size` elements from `data` into the array (`size` must equal the
@@ -311,14 +318,30 @@ int MXNDArrayWaitToWrite(NDArrayHandle handle);
 int MXNDArrayWaitAll(void);
 
 /*
- The dtype of aux array `i` (sparse arrays only).
+ The dtype of aux array `i` (sparse arrays: 6, int64).
  */
-int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *_out_type);
+int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *out_type);
 
 /*
- A new handle on aux array `i` (sparse arrays only).
+ [`MXNDArrayGetAuxType`] with a 64-bit index.
  */
-int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *_out);
+int MXNDArrayGetAuxType64(NDArrayHandle handle, int64_t i, int *out_type);
+
+/*
+ A new handle on aux array `i` of a sparse array (it shares the storage
+ until an operation replaces the array's parts).
+ */
+int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *out);
+
+/*
+ [`MXNDArrayGetAuxNDArray`] with a 64-bit index.
+ */
+int MXNDArrayGetAuxNDArray64(NDArrayHandle handle, int64_t i, NDArrayHandle *out);
+
+/*
+ Checks a sparse array's indices (`full_check`: sorted, unique, in range).
+ */
+int MXNDArraySyncCheckFormat(NDArrayHandle handle, bool full_check);
 
 /*
  A new handle sharing the array's data.

@@ -49,7 +49,8 @@ pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) 
     const ELEMS: usize = 1 << 14;
     let blocks = n.div_ceil(ELEMS);
     // One task per block: the block of the source and of every output.
-    let mut tasks: Vec<(usize, Vec<(DType, &mut [u8])>)> = (0..blocks)
+    type Task<'a> = (usize, Vec<(DType, &'a mut [u8])>);
+    let mut tasks: Vec<Task<'_>> = (0..blocks)
         .map(|b| (b, Vec::with_capacity(outs.len())))
         .collect();
     for (dt, buf) in outs.iter_mut() {
@@ -58,7 +59,7 @@ pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) 
             tasks[b].1.push((dt, chunk));
         }
     }
-    let run = |(b, outs): &mut (usize, Vec<(DType, &mut [u8])>)| {
+    let run = |(b, outs): &mut Task<'_>| {
         let s = &src[*b * ELEMS * sdt.size()..((*b + 1) * ELEMS).min(n) * sdt.size()];
         for (dt, o) in outs.iter_mut() {
             if *dt == sdt {

@@ -4,7 +4,7 @@
 //! before it changes anything.
 #![forbid(unsafe_code)]
 
-use super::gc::{compress_round_trip, CompressionParams};
+use super::compression::CompressionParams;
 use super::group::{group, stdsort_by};
 use super::keys::{Keys, KindLock, StrRegistry};
 use super::{KvStore, Updater};
@@ -540,7 +540,7 @@ impl LocalStore {
                 {
                     let g = v.read();
                     let mut o = out.write();
-                    compress_round_trip(&gc, g.typed::<f32>(), r, o.typed_mut::<f32>());
+                    gc.quantize_dequantize(g.typed::<f32>(), r, o.typed_mut::<f32>());
                 }
                 Ok(out)
             })

@@ -3,7 +3,7 @@
 //! distributed store will implement it too.
 #![forbid(unsafe_code)]
 
-pub mod gc;
+pub mod compression;
 pub mod group;
 pub mod keys;
 pub mod local;
