@@ -287,11 +287,37 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             dst.replace_parts(Parts { data, aux });
             Ok(())
         }
-        (StorageType::Default, StorageType::RowSparse) => {
-            let rows = src.shape().dims()[0];
-            let data = NDArray::zeros(src.shape().clone(), dst.dtype(), dst.ctx())?;
-            data.copy_from(src)?;
-            let idx: Vec<i64> = (0..rows).collect();
+                (StorageType::Default, StorageType::RowSparse) => {
+            // MXNet's cast_storage: keep the rows with an element != 0
+            // (-0.0 counts as zero).
+            let rl = src.row_len();
+            let idx: Vec<i64> = {
+                let g = src.read();
+                crate::with_dtype!(src.dtype(), T => {
+                    let v: &[T] = g.typed();
+                    (0..src.shape().dims()[0])
+                        .filter(|&r| {
+                            let r = r as usize;
+                            v[r * rl..(r + 1) * rl].iter().any(|x| !is_zero(*x))
+                        })
+                        .collect()
+                })
+            };
+            let data = NDArray::zeros(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
+            {
+                let (ssz, dsz) = (src.dtype().size(), dst.dtype().size());
+                let s = src.read();
+                let mut d = data.write();
+                for (k, &r) in idx.iter().enumerate() {
+                    let r = r as usize;
+                    convert_bytes(
+                        src.dtype(),
+                        &s.bytes()[r * rl * ssz..(r + 1) * rl * ssz],
+                        dst.dtype(),
+                        &mut d.bytes_mut()[k * rl * dsz..(k + 1) * rl * dsz],
+                    );
+                }
+            }
             let aux = vec![index_array(dst.ctx(), &idx)?];
             dst.replace_parts(Parts { data, aux });
             Ok(())
@@ -330,6 +356,15 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             s.code(),
             d.code()
         ),
+    }
+}
+
+/// `x == 0` in the element type's own comparison (so -0.0 is zero, NaN is not).
+fn is_zero<T: Elem>(x: T) -> bool {
+    match x.to_wide() {
+        super::dtype::Wide::F(a) => a == 0.0,
+        super::dtype::Wide::I(a) => a == 0,
+        super::dtype::Wide::U(a) => a == 0,
     }
 }
 
@@ -411,6 +446,8 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
         out.shape()
     );
     let p = stored.parts()?;
+    // A store holding no rows gives an empty result, whatever the ids (MXNet).
+    let ids = if p.aux[0].size() == 0 { &[][..] } else { ids };
     let rl = stored.row_len();
     let (ssz, dsz) = (stored.dtype().size(), out.dtype().size());
     let data = NDArray::zeros(rows_shape(ids.len(), out.shape()), out.dtype(), out.ctx())?;

@@ -109,8 +109,8 @@ def _namespace(nd, kvmod, mxmod):
 
 # --- docstring examples -----------------------------------------------------------------
 def docstring_examples(kvstore_cls):
-    """The dense ``>>>`` statements of every KVStore method docstring, in file order,
-    with Python 2 ``print x`` turned into ``print(x)``."""
+    """The ``>>>`` statements (dense and row_sparse) of every KVStore method docstring, in
+    file order, with Python 2 ``print x`` turned into ``print(x)``."""
     methods = [m for m in vars(kvstore_cls).values() if callable(m) or isinstance(m, property)]
     methods.sort(key=lambda m: (m.fget if isinstance(m, property) else m).__code__.co_firstlineno)
     stmts = []
@@ -136,8 +136,8 @@ def docstring_examples(kvstore_cls):
         text = '\n'.join(re.sub(r'^(\s*)print (.*)$', r'\1print(\2)', ln) for ln in lines)
         if all(not ln.strip() or ln.strip().startswith('#') for ln in text.split('\n')):
             continue  # comment-only lines
-        if 'sparse' in text or '@mx.kvstore' in text or 'class MyKVStore' in text:
-            continue  # row_sparse examples: once libmxkv's row_sparse store lands
+        if '@mx.kvstore' in text or 'class MyKVStore' in text:
+            continue  # custom KVStoreBase subclasses: not KVStore examples
         out.append(text)
     return out
 
@@ -186,6 +186,72 @@ def test_191_docstring_examples(fe191, mxkv, mxnet):
     got = run_transcript(stmts, _namespace(mxkv.nd, fe191, mxkv))
     print(got)
     assert got == expected
+
+
+def _method_examples(kvstore_cls, name):
+    return docstring_examples(type('One', (), {name: vars(kvstore_cls)[name]}))
+
+
+# run in a fresh namespace, so that earlier examples of the file do not interfere (in file
+# order, '3' is a dense key by the time row_sparse_pull's examples use it)
+_SPARSE_PRELUDE = ["kv = mx.kv.create('local')", 'shape = (2, 3)', 'a = mx.nd.zeros(shape)']
+
+
+@pytest.mark.parametrize('method', ['init', 'push', 'row_sparse_pull'])
+def test_191_row_sparse_examples_in_a_fresh_store(fe191, mxkv, mxnet, method):
+    stmts = _method_examples(fe191.KVStore, method)
+    assert any('sparse' in st for st in stmts)
+    prelude = list(_SPARSE_PRELUDE)
+    if method == 'push':  # the keys push's examples expect to exist
+        prelude.append("kv.init([str(i) for i in range(3, 10)], [mx.nd.zeros(shape)] * 7)")
+    stmts = prelude + stmts
+    expected = run_transcript(stmts, _real_mxnet_ns())
+    got = run_transcript(stmts, _namespace(mxkv.nd, fe191, mxkv))
+    print(got)
+    assert got == expected
+    assert '!!' not in got
+    if method == 'row_sparse_pull':   # the documented results
+        assert got.endswith('[[1. 1. 1.]\n [0. 0. 0.]\n [1. 1. 1.]]\n'
+                            '[[0. 0. 0.]\n [0. 0. 0.]\n [1. 1. 1.]]\n'
+                            '[[1. 1. 1.]\n [1. 1. 1.]\n [0. 0. 0.]]\n')
+    else:
+        assert got.endswith('\n<RowSparseNDArray 2x3 @cpu(0)>\n')
+
+
+_COMPRESSION_STATEMENTS = [
+    "kv = mx.kv.create('device')",
+    "kv.set_gradient_compression({'type': '2bit', 'threshold': 0.5})",
+    "kv.init(3, mx.nd.zeros((4,)))",
+    "a = mx.nd.zeros((4,))",
+    "for _ in range(3):\n"
+    "    kv.push(3, [mx.nd.array([0.3, 0.6, -0.7, 1.2], ctx=mx.gpu(i)) for i in range(2)])\n"
+    "    kv.pull(3, out=a)\n"
+    "    print(a.asnumpy())",
+    "kv.set_gradient_compression({'type': '2bit', 'threshold': 2})",
+    "kv.push(3, mx.nd.array([2.5, 1.9, -2, 0]))",
+    "kv.pull(3, out=a)",
+    "print(a.asnumpy())",
+    "kv.set_gradient_compression({'threshold': 0.5})",
+    "kv.set_gradient_compression({'type': 'foo'})",
+    "kv.set_gradient_compression({'type': '2bit', 'threshold': 0})",
+    "kv.set_gradient_compression({'type': '2bit', 'threshold': 'abc'})",
+    "mx.kv.create('local').set_gradient_compression({'type': '2bit'})",
+]
+
+
+def test_191_gradient_compression_through_frontend(fe191, mxkv, mxnet):
+    """1.9.1's set_gradient_compression has no docstring example: these statements use it
+    through the unmodified frontend (its own Exception for a local store included)"""
+    expected = run_transcript(_COMPRESSION_STATEMENTS, _real_mxnet_ns())
+    got = run_transcript(_COMPRESSION_STATEMENTS, _namespace(mxkv.nd, fe191, mxkv))
+    print(got)
+    assert got == expected
+    assert got.count('raised MXNetError') == 4 and got.endswith('raised Exception\n')
+
+
+def test_191_sparse_examples_are_included(fe191):
+    stmts = docstring_examples(fe191.KVStore)
+    assert sum('row_sparse' in st for st in stmts) >= 8
 
 
 def test_100_docstring_examples(fe100, mxkv, mxnet):

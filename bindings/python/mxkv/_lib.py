@@ -104,12 +104,22 @@ PROTOTYPES = {
     'MXNDArrayWaitToRead': (_i32, [_h]),
     'MXNDArrayWaitToWrite': (_i32, [_h]),
     'MXNDArrayWaitAll': (_i32, []),
+    'MXNDArrayCreateSparseEx64': (_i32, [_i32, _P(ctypes.c_int64), _i32, _i32, _i32, _i32,
+                                         _i32, _u32, _P(ctypes.c_int), _P(ctypes.c_int),
+                                         _P(ctypes.c_int64), _hp]),
     'MXNDArrayGetAuxType': (_i32, [_h, _u32, _P(ctypes.c_int)]),
+    'MXNDArrayGetAuxType64': (_i32, [_h, ctypes.c_int64, _P(ctypes.c_int)]),
     'MXNDArrayGetAuxNDArray': (_i32, [_h, _u32, _hp]),
+    'MXNDArrayGetAuxNDArray64': (_i32, [_h, ctypes.c_int64, _hp]),
     'MXNDArrayGetDataNDArray': (_i32, [_h, _hp]),
+    'MXNDArraySyncCheckFormat': (_i32, [_h, ctypes.c_bool]),
     'MXNDArraySave': (_i32, [ctypes.c_char_p, _u32, _hp, _sp]),
     'MXNDArrayLoad': (_i32, [ctypes.c_char_p, _P(_u32), _P(_hp), _P(_u32), _P(_sp)]),
     'MXNDArrayFree': (_i32, [_h]),
+    # --- only in a real libmxnet.so (MXKV_LIBRARY_PATH validation runs): its _copyto
+    # operator writes a row_sparse array of another size into an existing one
+    'NNGetOpHandle': (_i32, [ctypes.c_char_p, _hp]),
+    'MXImperativeInvoke': (_i32, [_h, _i32, _hp, _P(ctypes.c_int), _P(_hp), _i32, _sp, _sp]),
 }
 
 # functions whose absence means "this is not a KVStore C API library"

@@ -319,6 +319,12 @@ class NDArray(object):
             if other.shape != self.shape:
                 raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
                                  % (self.shape, other.shape))
+            if other.stype == 'row_sparse':
+                from .sparse import _dense_copyto_rsp
+                return _dense_copyto_rsp(self, other)
+            if other.stype != 'default':
+                raise TypeError('copyto does not support destination NDArray stype '
+                                + other.stype)
             src = self._view()
             dst = other._view(write=True)
             np.copyto(dst, src.astype(dst.dtype, copy=False) if src.dtype != dst.dtype
@@ -358,10 +364,16 @@ class NDArray(object):
         return array(data, ctx=self.context, dtype=self.dtype)
 
     def tostype(self, stype):
-        """Storage conversion; only 'default' is available in this version."""
+        """Storage conversion: 'default' (self) or 'row_sparse' (a new RowSparseNDArray
+        holding the rows with a non-zero element, as MXNet's cast_storage)."""
         if stype == self.stype:
             return self
-        raise MXNetError('tostype(%r) from %r is not supported by mxkv yet' % (stype, self.stype))
+        if stype == 'row_sparse':
+            from .sparse import _dense_tostype_rsp
+            return _dense_tostype_rsp(self)
+        if stype == 'csr':
+            raise MXNetError('tostype(\'csr\') is not supported by mxkv')
+        raise ValueError('unknown storage type %r' % (stype,))
 
     # --- indexing ----------------------------------------------------------------------
     @staticmethod
@@ -606,6 +618,9 @@ def ones(shape, ctx=None, dtype=None, **kwargs):  # pylint: disable=unused-argum
 def array(source_array, ctx=None, dtype=None):
     """An array from an NDArray, numpy array or nested lists.
     The dtype defaults to the source's for an NDArray and to float32 otherwise (as in MXNet)."""
+    if isinstance(source_array, NDArray) and source_array.stype != 'default':
+        from . import sparse
+        return sparse.array(source_array, ctx=ctx, dtype=dtype)
     if isinstance(source_array, NDArray):
         dtype = source_array.dtype if dtype is None else dtype
         ctx = source_array.context if ctx is None else ctx

@@ -1,33 +1,672 @@
-"""Sparse NDArray classes.  Row-sparse support arrives with libmxkv's row_sparse
-store; until then these wrap handles the library returns and convert nothing."""
-from ..base import MXNetError
-from .ndarray import NDArray
+"""Sparse NDArrays (``mxnet.nd.sparse``): ``RowSparseNDArray``, ``row_sparse_array``, ``zeros``.
 
-__all__ = ['RowSparseNDArray', 'CSRNDArray', 'BaseSparseNDArray', 'zeros']
+A row_sparse array of logical shape ``(R, d1, ...)`` is held by the library as
+two parts: **data**, a dense ``(nnz, d1, ...)`` array of the array's dtype, and
+**indices** (aux 0), a dense int64 ``(nnz,)`` array of row numbers.  The parts
+are created with ``MXNDArrayCreateSparseEx``, written with
+``MXNDArraySyncCopyFromNDArray(dst, part, -1 | 0)`` and read back with
+``MXNDArrayGetDataNDArray`` / ``MXNDArrayGetAuxNDArray``, exactly as MXNet's
+own Python does.  libmxkv has no operators, so storage conversions
+(``tostype``, ``copyto`` across storage types) and the little arithmetic
+supported on row_sparse arrays are done in numpy on those parts, with MXNet's
+results:
+
+* densify: row ``indices[k]`` of the dense array is ``data[k]``, in storage
+  order (a duplicated index: the later row wins); indices outside ``[0, R)``
+  raise ``MXNetError`` (MXNet writes outside its buffer);
+* dense -> row_sparse (``cast_storage``): the rows with at least one element
+  ``!= 0`` (NaN counts, ``-0.0`` does not), in ascending order;
+* row_sparse +/- row_sparse (``elemwise_add``/``elemwise_sub``): a row_sparse
+  array over the sorted union of the indices, missing rows read as zeros.
+
+CSR arrays can be created (``zeros('csr', shape)``) and passed around, but
+nothing converts them.
+"""
+import ctypes
+import warnings
+
+import numpy as np
+
+from ..base import (_LIB, check_call, NDArrayHandle, MXNetError, MXKVUsageError, integer_types,
+                    numeric_types, mx_real_t)
+from ..context import Context, current_context
+from .ndarray import (NDArray, dtype_np_to_mx, dtype_mx_to_np, _STORAGE_TYPE_STR_TO_ID,
+                      _shape_tuple)
+from . import ndarray as _dense
+
+__all__ = ['BaseSparseNDArray', 'RowSparseNDArray', 'CSRNDArray', 'row_sparse_array', 'zeros',
+           'empty', 'array', 'add', 'subtract', 'multiply', 'divide']
+
+_STORAGE_AUX_TYPES = {
+    'row_sparse': [np.int64],
+    'csr': [np.int64, np.int64],
+}
+
+
+def _new_alloc_handle(stype, shape, ctx, delay_alloc, dtype, aux_types, aux_shapes=None):
+    """MXNDArrayCreateSparseEx with MXNet's arguments (int64 aux arrays only)."""
+    hdl = NDArrayHandle()
+    for aux_t in aux_types:
+        if np.dtype(aux_t) != np.dtype('int64'):
+            raise NotImplementedError('only int64 is supported for aux types')
+    shape = _shape_tuple(shape)
+    aux_type_ids = [dtype_np_to_mx(aux_t) for aux_t in aux_types]
+    aux_shapes = [(0,) for _ in aux_types] if aux_shapes is None else aux_shapes
+    aux_shape_lens = [len(s) for s in aux_shapes]
+    flat_aux = [int(d) for s in aux_shapes for d in s]
+    c_shape = (ctypes.c_uint32 * len(shape))(*shape)
+    c_aux_types = (ctypes.c_int * len(aux_type_ids))(*aux_type_ids)
+    c_aux_ndims = (ctypes.c_uint32 * len(aux_shape_lens))(*aux_shape_lens)
+    c_aux_shapes = (ctypes.c_uint32 * max(len(flat_aux), 1))(*flat_aux)
+    check_call(_LIB.MXNDArrayCreateSparseEx(
+        _STORAGE_TYPE_STR_TO_ID[stype], c_shape, len(shape), ctx.device_typeid, ctx.device_id,
+        int(bool(delay_alloc)), dtype_np_to_mx(dtype), len(aux_type_ids), c_aux_types,
+        c_aux_ndims, c_aux_shapes, ctypes.byref(hdl)))
+    return hdl
+
+
+def _check_shape(s1, s2):
+    """check s1 == s2 if both are not None"""
+    if s1 and s2 and tuple(s1) != tuple(s2):
+        raise ValueError('Shape mismatch detected. ' + str(s1) + ' v.s. ' + str(s2))
 
 
 class BaseSparseNDArray(NDArray):
-    """Common base of the sparse arrays."""
+    """Common base of the sparse arrays (no dense buffer, no elementwise views)."""
     __slots__ = []
 
     def __repr__(self):
+        if self.handle is None:
+            return '<%s (closed)>' % self.__class__.__name__
         shape_info = 'x'.join(['%d' % x for x in self.shape])
         return '\n<%s %s @%s>' % (self.__class__.__name__, shape_info, self.context)
 
     def _view(self, write=False):
-        raise MXNetError('%s has no dense buffer view in mxkv' % self.__class__.__name__)
+        raise MXNetError('%s has no dense buffer; use asnumpy() or tostype(\'default\')'
+                         % self.__class__.__name__)
+
+    def _sync_copyfrom(self, source_array):
+        raise NotImplementedError()
+
+    def reshape(self, *shape, **kwargs):
+        raise NotImplementedError('reshape is not supported for %s' % self.__class__.__name__)
+
+    @property
+    def size(self):
+        # ambiguous for a sparse array, hence disabled (as in MXNet)
+        raise NotImplementedError()
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __bool__(self):
+        raise ValueError('The truth value of a %s is ambiguous.' % self.__class__.__name__)
+
+    __nonzero__ = __bool__
+
+    # --- parts ---------------------------------------------------------------------
+    def _aux_type(self, i):
+        """numpy type of aux array `i`"""
+        code = ctypes.c_int()
+        check_call(_LIB.MXNDArrayGetAuxType(self._h, i, ctypes.byref(code)))
+        return dtype_mx_to_np(code.value)
+
+    @property
+    def _num_aux(self):
+        return len(_STORAGE_AUX_TYPES[self.stype])
+
+    @property
+    def _aux_types(self):
+        return [self._aux_type(i) for i in range(self._num_aux)]
+
+    def _data(self):
+        """A copy of the data part as a dense NDArray (MXNDArrayGetDataNDArray; libmxkv's
+        handle shares the storage, MXNet's is a copy: writing into it never changes self)."""
+        self.wait_to_read()
+        hdl = NDArrayHandle()
+        check_call(_LIB.MXNDArrayGetDataNDArray(self._h, ctypes.byref(hdl)))
+        with NDArray(hdl) as part:
+            return part.copy()
+
+    def _aux_data(self, i):
+        """A copy of aux part `i` as a dense NDArray (MXNDArrayGetAuxNDArray)."""
+        self.wait_to_read()
+        hdl = NDArrayHandle()
+        check_call(_LIB.MXNDArrayGetAuxNDArray(self._h, i, ctypes.byref(hdl)))
+        with NDArray(hdl) as part:
+            return part.copy()
+
+    def check_format(self, full_check=True):
+        """MXNDArraySyncCheckFormat: raises MXNetError for an invalid array."""
+        check_call(_LIB.MXNDArraySyncCheckFormat(self._h, ctypes.c_bool(full_check)))
+
+    # --- copies ---------------------------------------------------------------------
+    def asnumpy(self):
+        """A dense numpy copy."""
+        return self.tostype('default').asnumpy()
+
+    def astype(self, dtype, copy=True):
+        """A copy with elements converted to `dtype` (same storage type)."""
+        if not copy and np.dtype(dtype) == self._np_dtype:
+            return self
+        if self.stype == 'row_sparse':
+            data, idx = self._parts()
+            return _from_parts(data.astype(_dtype_np(dtype)), idx, self.shape, self.context,
+                               dtype)
+        res = zeros(self.stype, self.shape, ctx=self.context, dtype=dtype)
+        self.copyto(res)
+        return res
+
+    def copy(self):
+        return self.copyto(self.context)
+
+    def __getstate__(self):
+        raise MXNetError('pickling a %s is not supported by mxkv' % self.__class__.__name__)
+
+    def __iadd__(self, other):
+        raise NotImplementedError()
+
+    def __isub__(self, other):
+        raise NotImplementedError()
+
+    def __imul__(self, other):
+        raise NotImplementedError()
+
+    def __itruediv__(self, other):
+        raise NotImplementedError()
+
+    __idiv__ = __itruediv__
 
 
 class RowSparseNDArray(BaseSparseNDArray):
-    """row_sparse array (handle wrapper)."""
+    """row_sparse array: ``dense[indices[i], ...] = data[i, ...]``, other rows zero."""
     __slots__ = []
+
+    def __reduce__(self):
+        return RowSparseNDArray, (None,), self.__getstate__()
+
+    def __getstate__(self):
+        if self.handle is None:
+            return {'mxkv': None}
+        data, idx = self._parts()
+        ctx = self.context
+        return {'mxkv': 1, 'stype': 'row_sparse', 'dtype': dtype_np_to_mx(self.dtype),
+                'shape': self.shape, 'ctx': (ctx.device_typeid, ctx.device_id),
+                'data': data, 'indices': idx}
+
+    def __setstate__(self, state):
+        self.writable = True
+        if state.get('mxkv') is None:
+            self.handle = None
+            return
+        ctx = Context.from_codes(*state['ctx'])
+        if ctx.device_type == 'cpu_pinned':
+            ctx = Context('cpu', 0)
+        tmp = _from_parts(state['data'], state['indices'], state['shape'], ctx,
+                          dtype_mx_to_np(state['dtype']))
+        self.handle, tmp.handle = tmp.handle, None
+
+    @property
+    def indices(self):
+        """The int64 row indices as a dense NDArray of shape (nnz,)."""
+        return self._aux_data(0)
+
+    @indices.setter
+    def indices(self, indices):
+        raise NotImplementedError()
+
+    @property
+    def data(self):
+        """The stored rows as a dense NDArray of shape (nnz, d1, ...)."""
+        return self._data()
+
+    @data.setter
+    def data(self, data):
+        raise NotImplementedError()
+
+    def _parts(self):
+        """(data, indices) as numpy arrays"""
+        self.wait_to_read()
+        res = []
+        for getter, args in ((_LIB.MXNDArrayGetDataNDArray, ()),
+                             (_LIB.MXNDArrayGetAuxNDArray, (0,))):
+            hdl = NDArrayHandle()
+            check_call(getter(self._h, *(args + (ctypes.byref(hdl),))))
+            with NDArray(hdl) as part:
+                res.append(part.asnumpy())
+        return res[0], res[1]
+
+    def _fill(self, data_np, idx_np):
+        """MXNDArraySyncCopyFromNDArray of the parts (data, then indices, as MXNet does)"""
+        data = _dense.array(np.ascontiguousarray(data_np, dtype=self._np_dtype),
+                            ctx=self.context, dtype=self.dtype)
+        idx = _dense.array(np.ascontiguousarray(idx_np, dtype=np.int64), ctx=self.context,
+                           dtype=np.int64)
+        try:
+            check_call(_LIB.MXNDArraySyncCopyFromNDArray(self._h, data.handle, -1))
+            check_call(_LIB.MXNDArraySyncCopyFromNDArray(self._h, idx.handle, 0))
+        finally:
+            data.close()
+            idx.close()
+
+    def _assign_parts(self, data_np, idx_np):
+        """Make this array hold `data_np` rows at `idx_np` (nnz may change).
+
+        libmxkv's MXNDArraySyncCopyFromNDArray gives the written part the source's shape.
+        MXNet's only writes into storage of the same size, so on a real libmxnet.so a new
+        array is built and MXNet's ``_copyto`` operator copies it over."""
+        if not self.writable:
+            raise MXKVUsageError('trying to write to a readonly RowSparseNDArray')
+        if _HAS_OPERATORS:
+            tmp = _from_parts(data_np, idx_np, self.shape, self.context, self.dtype)
+            try:
+                _operator_copyto(tmp, self)
+            finally:
+                tmp.close()
+            return
+        self._fill(data_np, idx_np)
+
+    def _dense_numpy(self):
+        data, idx = self._parts()
+        shape = self.shape
+        out = np.zeros(shape, dtype=self._np_dtype)
+        if idx.size:
+            if idx.min() < 0 or idx.max() >= shape[0]:
+                raise MXNetError('row_sparse array of shape %s has row indices outside '
+                                 '[0, %d): %s' % (shape, shape[0], idx.tolist()))
+            if idx.size == 1 or (np.diff(idx) > 0).all():
+                out[idx] = data
+            else:
+                for k, row in enumerate(idx.tolist()):  # storage order: a later duplicate wins
+                    out[row] = data[k]
+        return out
+
+    def tostype(self, stype):
+        """A copy with storage type `stype` ('default' or 'row_sparse')."""
+        if stype == 'csr':
+            raise ValueError('cast_storage from row_sparse to csr is not supported')
+        if stype == 'default':
+            res = _dense.empty(self.shape, ctx=self.context, dtype=self.dtype)
+            res._sync_copyfrom(self._dense_numpy())
+            return res
+        if stype == 'row_sparse':
+            return self.copyto(self.context)
+        raise ValueError('unknown storage type %r' % (stype,))
+
+    def copyto(self, other):
+        """Copy into `other` (a row_sparse or dense NDArray of the same shape; dtype
+        converted) or onto a Context (a new RowSparseNDArray)."""
+        if isinstance(other, Context):
+            data, idx = self._parts()
+            return _from_parts(data, idx, self.shape, other, self.dtype)
+        if isinstance(other, NDArray):
+            if other.handle is not None and self.handle is not None \
+                    and other.handle.value == self.handle.value:
+                warnings.warn('You are attempting to copy an array to itself', RuntimeWarning)
+                return False
+            stype = other.stype
+            if other.shape != self.shape:
+                raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
+                                 % (self.shape, other.shape))
+            if stype == 'row_sparse':
+                data, idx = self._parts()
+                other._assign_parts(data, idx)
+                return other
+            if stype == 'default':
+                dense = self._dense_numpy()
+                other._sync_copyfrom(dense)
+                return other
+            raise TypeError('copyto does not support destination NDArray stype ' + str(stype))
+        raise TypeError('copyto does not support type ' + str(type(other)))
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            raise Exception('__getitem__ with int key is not implemented for RowSparseNDArray yet')
+        if isinstance(key, slice):
+            if key.step is not None or key.start is not None or key.stop is not None:
+                raise Exception('RowSparseNDArray only supports [:] for __getitem__')
+            return self
+        if isinstance(key, tuple):
+            raise ValueError('Multi-dimension indexing is not supported')
+        raise ValueError('Undefined behaviour for {}'.format(key))
+
+    def __setitem__(self, key, value):
+        if not self.writable:
+            raise ValueError('Failed to assign to a readonly RowSparseNDArray')
+        if not isinstance(key, slice):
+            raise TypeError('RowSparseNDArray only supports [:] for assignment')
+        if key.step is not None or key.start is not None or key.stop is not None:
+            raise ValueError('Assignment with slice for RowSparseNDArray is not implmented yet.')
+        if isinstance(value, NDArray):
+            if value.handle is None or value.handle.value != self._h.value:
+                value.copyto(self)
+        elif isinstance(value, numeric_types):
+            val = self._np_dtype.type(value)
+            if val == 0:
+                self._assign_parts(np.zeros((0,) + self.shape[1:], self._np_dtype),
+                                   np.zeros((0,), np.int64))
+            else:
+                self._assign_parts(np.full(self.shape, val, self._np_dtype),
+                                   np.arange(self.shape[0], dtype=np.int64))
+        elif isinstance(value, (np.ndarray, np.generic)):
+            warnings.warn('Assigning non-NDArray object to RowSparseNDArray is not efficient',
+                          RuntimeWarning)
+            _dense_to_rsp_into(np.broadcast_to(np.asarray(value, self._np_dtype), self.shape),
+                               self)
+        else:
+            raise TypeError('type %s not supported' % str(type(value)))
+
+    # --- arithmetic (numpy on the parts; MXNet's sparse results) -------------------
+    def _rsp_binary(self, other, ufunc):
+        if not isinstance(other, RowSparseNDArray) or other.shape != self.shape:
+            return None
+        if other.dtype != self.dtype:
+            raise MXNetError('operands have different dtypes: %s vs %s'
+                             % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
+        ldata, lidx = self._parts()
+        rdata, ridx = other._parts()
+        idx = np.union1d(lidx, ridx).astype(np.int64)
+        # both operands spread over the union of rows, missing rows zero (for sorted,
+        # unique indices, which elemwise_add/sub assume; otherwise the first duplicate)
+        lhs = np.zeros((len(idx),) + tuple(self.shape[1:]), self._np_dtype)
+        rhs = np.zeros_like(lhs)
+        lkeep = np.unique(lidx, return_index=True)[1]
+        rkeep = np.unique(ridx, return_index=True)[1]
+        lhs[np.searchsorted(idx, lidx[lkeep])] = ldata[lkeep]
+        rhs[np.searchsorted(idx, ridx[rkeep])] = rdata[rkeep]
+        with np.errstate(all='ignore'):
+            data = ufunc(lhs, rhs)
+        return row_sparse_array((data, idx), shape=self.shape, ctx=self.context,
+                                dtype=self.dtype)
+
+    def _scalar_binary(self, other, ufunc, reverse=False):
+        if not isinstance(other, numeric_types):
+            return None
+        data, idx = self._parts()
+        rhs = self._scalar(other)
+        with np.errstate(all='ignore'):
+            res = ufunc(rhs, data) if reverse else ufunc(data, rhs)
+        return row_sparse_array((res.astype(self._np_dtype, copy=False), idx),
+                                shape=self.shape, ctx=self.context, dtype=self.dtype)
+
+    def _dense_binary(self, other, ufunc, reverse=False):
+        dense = self.tostype('default')
+        try:
+            return dense._binary(other, ufunc, reverse=reverse)
+        finally:
+            dense.close()
+
+    def __add__(self, other):
+        res = self._rsp_binary(other, np.add)
+        return res if res is not None else self._dense_binary(other, np.add)
+
+    def __radd__(self, other):
+        return self._dense_binary(other, np.add, reverse=True)
+
+    def __sub__(self, other):
+        res = self._rsp_binary(other, np.subtract)
+        return res if res is not None else self._dense_binary(other, np.subtract)
+
+    def __rsub__(self, other):
+        return self._dense_binary(other, np.subtract, reverse=True)
+
+    def __mul__(self, other):
+        res = self._scalar_binary(other, np.multiply)
+        return res if res is not None else self._dense_binary(other, np.multiply)
+
+    def __rmul__(self, other):
+        res = self._scalar_binary(other, np.multiply, reverse=True)
+        return res if res is not None else self._dense_binary(other, np.multiply, True)
+
+    def __truediv__(self, other):
+        res = self._scalar_binary(other, np.true_divide)
+        return res if res is not None else self._dense_binary(other, np.true_divide)
+
+    __div__ = __truediv__
+
+    def __neg__(self):
+        data, idx = self._parts()
+        return row_sparse_array((-data, idx), shape=self.shape, ctx=self.context,
+                                dtype=self.dtype)
+
+    def __iadd__(self, other):
+        (self + other).copyto(self)
+        return self
+
+    def __isub__(self, other):
+        (self - other).copyto(self)
+        return self
+
+    def __imul__(self, other):
+        (self * other).copyto(self)
+        return self
+
+    def __itruediv__(self, other):
+        (self / other).copyto(self)
+        return self
+
+    __idiv__ = __itruediv__
 
 
 class CSRNDArray(BaseSparseNDArray):
-    """csr array (handle wrapper)."""
+    """csr array (created and passed around; no conversions in mxkv)."""
     __slots__ = []
 
+    @property
+    def indices(self):
+        """column indices (aux 1)"""
+        return self._aux_data(1)
 
-def zeros(stype, shape, ctx=None, dtype=None, **kwargs):  # pylint: disable=unused-argument
-    """Sparse zeros: not available in this version of mxkv."""
-    raise MXNetError('sparse arrays (%s) are not supported by mxkv yet' % stype)
+    @property
+    def indptr(self):
+        """row pointers (aux 0)"""
+        return self._aux_data(0)
+
+    @property
+    def data(self):
+        """stored values"""
+        return self._data()
+
+    def tostype(self, stype):
+        if stype == 'csr':
+            return self
+        raise MXNetError('tostype(%r) of a csr array is not supported by mxkv' % (stype,))
+
+    def copyto(self, other):
+        raise MXNetError('copyto of a csr array is not supported by mxkv')
+
+
+# --- conversions used by NDArray ------------------------------------------------------
+def _nonzero_rows(dense):
+    if dense.ndim == 0:
+        raise ValueError('cannot convert a 0-d array to row_sparse')
+    if dense.shape[0] == 0:
+        return np.zeros((0,), np.int64)
+    flat = dense.reshape(dense.shape[0], -1)
+    return np.flatnonzero((flat != 0).any(axis=1)).astype(np.int64)
+
+
+def _dense_to_rsp_into(dense_np, dst):
+    rows = _nonzero_rows(dense_np)
+    dst._assign_parts(dense_np[rows], rows)
+    return dst
+
+
+def _dtype_np(dtype):
+    """numpy dtype of an mxkv dtype argument"""
+    return np.dtype(dtype_mx_to_np(dtype_np_to_mx(dtype)))
+
+
+def _dense_tostype_rsp(arr):
+    """dense NDArray -> new RowSparseNDArray on the same context (cast_storage)."""
+    dense = arr.asnumpy()
+    rows = _nonzero_rows(dense)
+    return _from_parts(dense[rows], rows, arr.shape, arr.context, arr.dtype)
+
+
+def _dense_copyto_rsp(src, dst):
+    """dense NDArray -> existing RowSparseNDArray (shape checked, dtype converted)."""
+    if dst.shape != src.shape:
+        raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
+                         % (src.shape, dst.shape))
+    return _dense_to_rsp_into(src.asnumpy().astype(dst._np_dtype, copy=False), dst)
+
+
+def _from_parts(data, indices, shape, ctx, dtype):
+    """a new RowSparseNDArray created with nnz = len(indices) (MXNet's way)"""
+    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    res = RowSparseNDArray(_new_alloc_handle('row_sparse', shape, ctx, False, dtype,
+                                             [np.int64], [indices.shape]))
+    if indices.size:
+        res._fill(data, indices)
+    return res
+
+
+_HAS_OPERATORS = 'MXImperativeInvoke' not in _LIB._mxkv_missing
+
+
+def _operator_copyto(src, dst):
+    """real libmxnet.so only: ``_copyto(src, out=dst)`` through MXImperativeInvoke"""
+    op = ctypes.c_void_p()
+    check_call(_LIB.NNGetOpHandle(b'_copyto', ctypes.byref(op)))
+    ins = (ctypes.c_void_p * 1)(src.handle.value)
+    outs = (ctypes.c_void_p * 1)(dst.handle.value)
+    out_ptr = ctypes.cast(outs, ctypes.POINTER(ctypes.c_void_p))
+    num_out = ctypes.c_int(1)
+    check_call(_LIB.MXImperativeInvoke(op, 1, ins, ctypes.byref(num_out), ctypes.byref(out_ptr),
+                                       0, None, None))
+
+
+# --- creation -------------------------------------------------------------------------
+def _prepare_default_dtype(src_array, dtype):
+    if dtype is None:
+        if isinstance(src_array, (NDArray, np.ndarray)):
+            dtype = src_array.dtype
+        else:
+            dtype = mx_real_t
+    return dtype
+
+
+def _prepare_src_array(source_array, dtype):
+    if not isinstance(source_array, (NDArray, np.ndarray)):
+        try:
+            source_array = np.array(source_array, dtype=dtype)
+        except Exception:
+            raise TypeError('values must be array like object')
+    return source_array
+
+
+def _row_sparse_ndarray_from_definition(data, indices, shape=None, ctx=None, dtype=None,
+                                        indices_type=None):
+    """RowSparseNDArray from `data` rows at row numbers `indices` (as MXNet: no sorting,
+    no checks on the indices' values; ``check_format()`` finds bad ones)."""
+    ctx = current_context() if ctx is None else ctx
+    dtype = _prepare_default_dtype(data, dtype)
+    indices_type = _STORAGE_AUX_TYPES['row_sparse'][0] if indices_type is None else indices_type
+    data = _prepare_src_array(data, dtype)
+    indices = _prepare_src_array(indices, indices_type)
+    if not isinstance(data, NDArray):
+        data = _dense.array(data, ctx, dtype)
+    if not isinstance(indices, NDArray):
+        indices = _dense.array(indices, ctx, indices_type)
+    if shape is None:
+        num_indices = indices.shape[0]
+        if num_indices == 0:
+            raise ValueError('invalid shape')
+        dim0 = int(indices.asnumpy()[num_indices - 1]) + 1
+        shape = (dim0,) + tuple(data.shape[1:])
+    shape = _shape_tuple(shape)
+    if data.ndim != len(shape) or indices.ndim != 1 or np.prod(shape[1:]) == 0:
+        raise ValueError('invalid shape')
+    if data.shape[0] != indices.shape[0]:  # MXNet: a size mismatch copying into the parts
+        raise MXNetError('row_sparse_array: %d row indices for %d data rows'
+                         % (indices.shape[0], data.shape[0]))
+    result = RowSparseNDArray(_new_alloc_handle('row_sparse', shape, ctx, False, dtype,
+                                                [indices_type], [indices.shape]))
+    check_call(_LIB.MXNDArraySyncCopyFromNDArray(result.handle, data.handle, -1))
+    check_call(_LIB.MXNDArraySyncCopyFromNDArray(result.handle, indices.handle, 0))
+    return result
+
+
+def row_sparse_array(arg1, shape=None, ctx=None, dtype=None):
+    """A RowSparseNDArray from ``(data, indices)``, a dense array-like or NDArray, another
+    RowSparseNDArray, or a shape ``(D0, D1, ...)`` (empty), as ``mxnet.nd.sparse``'s."""
+    if isinstance(arg1, tuple):
+        arg_len = len(arg1)
+        if arg_len < 2:
+            raise ValueError('Unexpected length of input tuple: ' + str(arg_len))
+        if arg_len > 2 or (isinstance(arg1[0], integer_types)
+                           and isinstance(arg1[1], integer_types)):
+            _check_shape(arg1, shape)
+            return empty('row_sparse', arg1, ctx=ctx, dtype=dtype)
+        return _row_sparse_ndarray_from_definition(arg1[0], arg1[1], shape=shape, ctx=ctx,
+                                                   dtype=dtype)
+    if isinstance(arg1, RowSparseNDArray):
+        _check_shape(arg1.shape, shape)
+        return array(arg1, ctx=ctx, dtype=dtype)
+    if isinstance(arg1, CSRNDArray):
+        raise ValueError('Unexpected input type: CSRNDArray')
+    dtype = _prepare_default_dtype(arg1, dtype)
+    dns = _dense.array(arg1, dtype=dtype)
+    if ctx is not None and dns.context != ctx:
+        dns = dns.as_in_context(ctx)
+    _check_shape(dns.shape, shape)
+    return dns.tostype('row_sparse')
+
+
+def zeros(stype, shape, ctx=None, dtype=None, **kwargs):
+    """An all-zero array of storage type `stype` ('row_sparse' arrays hold no rows)."""
+    if stype == 'default':
+        return _dense.zeros(shape, ctx=ctx, dtype=dtype, **kwargs)
+    if ctx is None:
+        ctx = current_context()
+    dtype = mx_real_t if dtype is None else dtype
+    if stype not in ('row_sparse', 'csr'):
+        raise ValueError('unknown storage type' + str(stype))
+    return _dense._ndarray_cls(_new_alloc_handle(stype, _shape_tuple(shape), ctx, True, dtype,
+                                                 _STORAGE_AUX_TYPES[stype]))
+
+
+def empty(stype, shape, ctx=None, dtype=None):
+    """A sparse array with no stored elements (same as :func:`zeros`)."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    if stype in ('csr', 'row_sparse'):
+        return zeros(stype, shape, ctx=ctx, dtype=dtype)
+    raise Exception('unknown stype : ' + str(stype))
+
+
+def array(source_array, ctx=None, dtype=None):
+    """A copy of a sparse array (optionally on another context / with another dtype)."""
+    ctx = current_context() if ctx is None else ctx
+    if isinstance(source_array, NDArray):
+        assert source_array.stype != 'default', \
+            'Please use `tostype` to create RowSparseNDArray or CSRNDArray from an NDArray'
+        dtype = _prepare_default_dtype(source_array, dtype)
+        arr = empty(source_array.stype, source_array.shape, dtype=dtype, ctx=ctx)
+        arr[:] = source_array
+        return arr
+    if isinstance(source_array, (np.ndarray, np.generic)):
+        raise ValueError('Please use mx.nd.array to create an NDArray with source_array of type ',
+                         type(source_array))
+    raise ValueError('Unexpected source_array type: ', type(source_array))
+
+
+def add(lhs, rhs):
+    """lhs + rhs"""
+    return lhs + rhs
+
+
+def subtract(lhs, rhs):
+    """lhs - rhs"""
+    return lhs - rhs
+
+
+def multiply(lhs, rhs):
+    """lhs * rhs"""
+    return lhs * rhs
+
+
+def divide(lhs, rhs):
+    """lhs / rhs"""
+    return lhs / rhs
