@@ -78,7 +78,7 @@ ctest-asan: $(addprefix build/ctests-asan/,$(CTESTS))
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build/ctests-asan/$$t; done
 ctest-valgrind: tools $(addprefix build/ctests/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t (valgrind)"; \
-	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done
+	  valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done
 
 ## ABI: MXNet 1.9.1's own c_api.h and ours in one translation unit, -Werror.
 abi: venv-ref
@@ -97,8 +97,10 @@ diff: venv-ref build
 pytest: venv-ref build
 	@if [ -d tests/python ]; then $(PY) -m pytest -q tests/python; else echo "no Python tests yet"; fi
 
-test: venv-ref tools lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest
+test: venv-ref tools lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest bench-smoke
 	@echo "make test: all suites passed"
+
+include bench/bench.mk
 
 clean:
 	$(CARGO) clean

@@ -609,12 +609,7 @@ pub unsafe extern "C" fn MXNDArrayGetAuxNDArray64(
 pub extern "C" fn MXNDArraySyncCheckFormat(handle: NDArrayHandle, full_check: bool) -> c_int {
     api_call("MXNDArraySyncCheckFormat", || {
         let a = ndarray(handle, "handle")?;
-        if a.stype() == StorageType::RowSparse && full_check {
-            a.check_row_sparse().map_err(|e| Error::new(format!(
-                "Check failed: err != kRSPIdxErr (5 vs. 5) : Indices of row_sparse NDArray should be non-negative, less than the size of first dimension and in ascending order ({e})"
-            )))?;
-        }
-        Ok(())
+        a.check_format(full_check)
     })
 }
 

@@ -55,6 +55,7 @@ fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
         }
         StorageType::Default => {}
         StorageType::RowSparse | StorageType::Csr => {
+            a.check_format(false)?;
             let parts = a.parts()?;
             write_shape(out, parts.data.shape());
             write_shape(out, a.shape());

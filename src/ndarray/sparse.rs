@@ -246,6 +246,57 @@ impl NDArray {
         Ok(())
     }
 
+    /// `MXNDArraySyncCheckFormat`: the parts' shapes always; with
+    /// `full_check`, the index values too.
+    pub fn check_format(&self, full_check: bool) -> Result<()> {
+        match self.stype() {
+            StorageType::RowSparse => {
+                let p = self.parts()?;
+                ensure!(
+                    p.data.shape() == &rows_shape(p.aux[0].size(), self.shape()),
+                    "Check failed: err != kRSPShapeErr: Shape mismatch of this row_sparse NDArray: {} indices for data of shape {} (array shape {})",
+                    p.aux[0].size(),
+                    p.data.shape(),
+                    self.shape()
+                );
+                if full_check {
+                    self.check_row_sparse().map_err(|e| crate::error::Error::new(format!(
+                        "Check failed: err != kRSPIdxErr (5 vs. 5) : Indices of row_sparse NDArray should be non-negative, less than the size of first dimension and in ascending order ({e})"
+                    )))?;
+                }
+                Ok(())
+            }
+            StorageType::Csr => {
+                let p = self.parts()?;
+                let rows = self.shape().dims()[0];
+                ensure!(
+                    p.aux[0].size() as i64 == rows + 1 && p.aux[1].size() == p.data.size(),
+                    "Check failed: err != kCSRShapeErr: Shape mismatch of this csr NDArray: indptr of {} for {rows} rows, {} indices for {} values",
+                    p.aux[0].size(),
+                    p.aux[1].size(),
+                    p.data.size()
+                );
+                if full_check {
+                    let indptr = p.aux[0].read().typed::<i64>().to_vec();
+                    let idx = p.aux[1].read().typed::<i64>().to_vec();
+                    let cols = self.shape().dims()[1];
+                    let ok_ptr = indptr.first() == Some(&0)
+                        && indptr.last() == Some(&(idx.len() as i64))
+                        && indptr.windows(2).all(|w| w[0] <= w[1]);
+                    ensure!(ok_ptr, "Check failed: err != kCSRIndPtrErr: IndPtr of csr NDArray should be non-negative, in non-decreasing order, start with 0 and end with value equal with size of indices.");
+                    let ok_idx = indptr.windows(2).all(|w| {
+                        let row = &idx[w[0] as usize..w[1] as usize];
+                        row.iter().all(|c| (0..cols).contains(c))
+                            && row.windows(2).all(|c| c[0] < c[1])
+                    });
+                    ensure!(ok_idx, "Check failed: err != kCSRIdxErr: Indices of csr NDArray should be non-negative, in ascending order per row and less than the number of columns.");
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn sparse_copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
         let p = self.parts()?;
         let data = p.data.copy_to_ctx(ctx)?;

@@ -46,8 +46,13 @@ impl Keys<'_> {
     }
 }
 
+/// A string key for messages: as written if it is UTF-8, else with its
+/// bytes escaped (`\xff`).
 pub fn show_str(s: &[u8]) -> String {
-    String::from_utf8_lossy(s).into_owned()
+    match std::str::from_utf8(s) {
+        Ok(t) => t.to_string(),
+        Err(_) => s.escape_ascii().to_string(),
+    }
 }
 
 /// The store's key type, fixed by its first keyed call (even a failing one,

@@ -29,8 +29,9 @@ struct Entry {
     /// The stored value, on `cpu_pinned(0)`. Replaced only when a push
     /// changes the key's storage type (dense ↔ row_sparse), as in MXNet.
     value: Mutex<NDArray>,
-    /// Serialises pushes (and orders pulls) of this key; reentrant so that an
-    /// updater may call back into the store on its own thread.
+    /// Serialises pushes of this key; reentrant so that an updater may push
+    /// to its own key again. Pulls do not take it: they read the stored value
+    /// under its data lock.
     update: ReentrantMutex<()>,
     /// Where multi-value pushes are summed.
     merge: Mutex<Merge>,
@@ -89,7 +90,7 @@ fn not_inited(name: &str) -> crate::error::Error {
 fn check_value(v: &NDArray, what: &str) -> Result<()> {
     match v.stype() {
         StorageType::Default => Ok(()),
-        StorageType::Undefined => bail!("{what}: the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data"),
+        StorageType::Undefined => bail!("the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data"),
                 StorageType::RowSparse => v.check_row_sparse(),
         StorageType::Csr => bail!("Unexpected storage type detected during kvstore {what}: 2 (csr values cannot be stored)"),
     }
@@ -108,9 +109,9 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
             );
             Ok(true)
         }
-        StorageType::Undefined => bail!(
-            "pull: the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated"
-        ),
+        StorageType::Undefined => {
+            bail!("the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated")
+        }
         StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
         StorageType::RowSparse => {
             ensure!(
@@ -210,7 +211,6 @@ impl LocalStore {
             let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
             for (id, pos) in group(&ids) {
                 let entry = &plan[pos[0]].0;
-                let _order = entry.update.lock();
                 let first = ((id as i64 as u64) % pos.len() as u64) as usize;
                 let head = plan[pos[first]].1;
                 head.copy_from(&entry.value())?;
@@ -225,7 +225,6 @@ impl LocalStore {
         let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
         for (_, pos) in group(&ids) {
             let entry = &plan[pos[0]].0;
-            let _order = entry.update.lock();
             let outs: Vec<&NDArray> = pos.iter().map(|&p| plan[p].1).collect();
             copy_to_many(&entry.value(), &outs)?;
         }
@@ -236,6 +235,8 @@ impl LocalStore {
     /// on the least-loaded of the contexts `devs` (those of the first
     /// multi-value push since the last init), largest keys first.
     fn place_merge_buffers(&self, devs: &[Context]) {
+        // Lock order everywhere: strs, entries, comm.
+        let map = self.entries.read();
         let mut comm = self.comm.lock();
         if comm.ready {
             return;
@@ -252,7 +253,6 @@ impl LocalStore {
             }
         }
         slots.reverse();
-        let map = self.entries.read();
         for (id, size) in keys {
             let mut pick = 0;
             let mut min = usize::MAX;
@@ -705,7 +705,6 @@ impl KvStore for LocalStore {
             plan.push((entry, out, ids));
         }
         for (entry, out, ids) in plan {
-            let _order = entry.update.lock();
             retain_rows(&entry.value(), &ids, out)?;
         }
         Ok(())
