@@ -11,6 +11,25 @@ use rayon::prelude::*;
 const BLOCK: usize = 4096;
 /// Below this many elements a kernel runs on the calling thread.
 const PAR_MIN: usize = 1 << 16;
+/// Elements per parallel task (a multiple of `BLOCK`).
+const TASK: usize = 1 << 16;
+
+/// Sizes rayon's pool from `MXNET_KVSTORE_REDUCTION_NTHREADS` when set (once,
+/// before the pool is first used).
+pub fn init_pool() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let n = std::env::var("MXNET_KVSTORE_REDUCTION_NTHREADS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        if let Some(n) = n {
+            // Fails only if the pool already exists; then its size stays.
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(n.max(1))
+                .build_global();
+        }
+    });
+}
 
 /// How several values of one key are summed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,9 +49,9 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
     crate::with_dtype!(sdt, S => crate::with_dtype!(ddt, D => {
         let s: &[S] = bytemuck::cast_slice(src);
         let d: &mut [D] = bytemuck::cast_slice_mut(dst);
-        if d.len() >= PAR_MIN {
-            d.par_chunks_mut(BLOCK)
-                .zip(s.par_chunks(BLOCK))
+                if d.len() >= PAR_MIN {
+            d.par_chunks_mut(TASK)
+                .zip(s.par_chunks(TASK))
                 .for_each(|(d, s)| convert(s, d));
         } else {
             convert(s, d);
@@ -45,7 +64,7 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
 /// block is written to all outputs while it is in cache.
 pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / sdt.size();
-    let parallel = n * (outs.len() + 1) >= PAR_MIN;
+    let parallel = n * outs.len() >= 1 << 20;
     const ELEMS: usize = 1 << 14;
     let blocks = n.div_ceil(ELEMS);
     // One task per block: the block of the source and of every output.
@@ -100,20 +119,24 @@ pub fn sum_bytes(dtype: DType, inputs: &[&[u8]], out: &mut [u8], order: SumOrder
 /// Typed form of [`sum_bytes`].
 pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
     assert!(!inputs.is_empty());
-    let n = out.len();
-    let run = |start: usize, out: &mut [T]| {
-        let end = start + out.len();
-        let block: Vec<&[T]> = inputs.iter().map(|v| &v[start..end]).collect();
-        sum_block(&block, out, order);
-    };
-    if n >= PAR_MIN {
-        out.par_chunks_mut(BLOCK)
+    if out.len() >= PAR_MIN {
+        out.par_chunks_mut(TASK)
             .enumerate()
-            .for_each(|(i, o)| run(i * BLOCK, o));
+            .for_each(|(i, o)| sum_range(inputs, i * TASK, o, order));
     } else {
-        for (i, o) in out.chunks_mut(BLOCK).enumerate() {
-            run(i * BLOCK, o);
-        }
+        sum_range(inputs, 0, out, order);
+    }
+}
+
+/// Sums elements `start..start + out.len()` block by block.
+fn sum_range<T: Elem>(inputs: &[&[T]], start: usize, out: &mut [T], order: SumOrder) {
+    let mut block: Vec<&[T]> = Vec::with_capacity(inputs.len());
+    for (i, o) in out.chunks_mut(BLOCK).enumerate() {
+        let s = start + i * BLOCK;
+        let e = s + o.len();
+        block.clear();
+        block.extend(inputs.iter().map(|v| &v[s..e]));
+        sum_block(&block, o, order);
     }
 }
 

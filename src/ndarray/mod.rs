@@ -311,7 +311,7 @@ impl NDArray {
         self.ensure_dense("copy")?;
         let guard = self.read();
         let mut buf = Buffer::zeroed(guard.len())?;
-        buf.bytes_mut().copy_from_slice(guard.bytes());
+        kernels::copy_bytes(guard.bytes(), buf.bytes_mut());
         Ok(NDArray::from_parts(
             self.shape().clone(),
             self.dtype(),
@@ -344,7 +344,7 @@ impl NDArray {
             guard.len(),
             bytes.len()
         );
-        guard.bytes_mut().copy_from_slice(bytes);
+        kernels::copy_bytes(bytes, guard.bytes_mut());
         Ok(())
     }
 
@@ -358,7 +358,7 @@ impl NDArray {
             guard.len(),
             out.len()
         );
-        out.copy_from_slice(guard.bytes());
+        kernels::copy_bytes(guard.bytes(), out);
         Ok(())
     }
 

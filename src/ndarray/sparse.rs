@@ -330,8 +330,14 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
         return Ok(());
     }
     match (src.stype(), dst.stype()) {
-        (StorageType::RowSparse, StorageType::RowSparse) => {
+                (StorageType::RowSparse, StorageType::RowSparse) => {
             let p = src.parts()?;
+            let d = dst.parts()?;
+            if d.data.shape() == p.data.shape() && d.aux[0].shape() == p.aux[0].shape() {
+                // Same number of rows: overwrite the parts in place.
+                d.data.copy_from(&p.data)?;
+                return d.aux[0].copy_from(&p.aux[0]);
+            }
             let data = NDArray::zeros(p.data.shape().clone(), dst.dtype(), dst.ctx())?;
             data.copy_from(&p.data)?;
             let aux = vec![p.aux[0].copy_to_ctx(dst.ctx())?];
@@ -508,20 +514,34 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
         let full = idx.len() as i64 == stored.shape().dims()[0];
         let src = p.data.read();
         let mut dst = data.write();
-        for (j, id) in ids.iter().enumerate() {
+        let (sdt, ddt) = (stored.dtype(), out.dtype());
+        let fill = |(j, row): (usize, &mut [u8])| {
+            let id = ids[j];
             let k = if full {
-                Some(*id as usize)
+                Some(id as usize)
             } else {
-                idx.binary_search(id).ok()
+                idx.binary_search(&id).ok()
             };
             if let Some(k) = k {
                 convert_bytes(
-                    stored.dtype(),
+                    sdt,
                     &src.bytes()[k * rl * ssz..(k + 1) * rl * ssz],
-                    out.dtype(),
-                    &mut dst.bytes_mut()[j * rl * dsz..(j + 1) * rl * dsz],
+                    ddt,
+                    row,
                 );
             }
+        };
+        if rl > 0 && ids.len() * rl >= 1 << 16 {
+            use rayon::prelude::*;
+            dst.bytes_mut()
+                .par_chunks_mut(rl * dsz)
+                .enumerate()
+                .for_each(fill);
+        } else if rl > 0 {
+            dst.bytes_mut()
+                .chunks_mut(rl * dsz)
+                .enumerate()
+                .for_each(fill);
         }
     }
     let aux = vec![index_array(out.ctx(), ids)?];

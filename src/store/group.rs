@@ -204,6 +204,9 @@ fn adjust_heap<T: Copy, F: Fn(&T, &T) -> bool>(
 
 /// Groups positions by key: `(key, positions in sum order)`, keys ascending.
 pub fn group(keys: &[i32]) -> Vec<(i32, Vec<usize>)> {
+    if let [k] = keys {
+        return vec![(*k, vec![0])];
+    }
     let mut pairs: Vec<Pair> = keys.iter().copied().zip(0..).collect();
     stdsort(&mut pairs);
     let mut out: Vec<(i32, Vec<usize>)> = Vec::new();

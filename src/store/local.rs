@@ -130,6 +130,7 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
 
 impl LocalStore {
     pub fn new(type_name: Vec<u8>, device: bool) -> LocalStore {
+        crate::ndarray::kernels::init_pool();
         LocalStore {
             type_name,
             device,
@@ -606,8 +607,16 @@ impl LocalStore {
         let updater = self.updater.read().clone();
         for (entry, group_vals) in work {
             let _serial = entry.update.lock();
-            if updater.is_none() && self.try_sum_in_place(&entry, &group_vals)? {
-                continue;
+            if updater.is_none() {
+                let compressed = self.device && self.compression.read().is_some();
+                if group_vals.len() == 1 && !compressed {
+                    // Assign straight from the pushed value: no merge copy.
+                    self.apply(&entry, None, group_vals[0])?;
+                    continue;
+                }
+                if self.try_sum_in_place(&entry, &group_vals)? {
+                    continue;
+                }
             }
             let merged = self.reduce(&entry, &group_vals)?;
             self.apply(&entry, updater.as_ref(), &merged)?;
