@@ -123,11 +123,19 @@ impl Buffer {
             "array of {nbytes} bytes is larger than this library allocates ({MAX_BYTES})"
         );
         let nwords = nbytes.div_ceil(8);
-        let mut words = Vec::new();
-        words
-            .try_reserve_exact(nwords)
-            .map_err(|_| Error::new(format!("out of memory allocating {nbytes} bytes")))?;
-        words.resize(nwords, 0u64);
+        let words = if nbytes <= 1 << 34 {
+            // calloc: large buffers come as untouched zero pages, so no
+            // memset pass before the first real write.
+            vec![0u64; nwords]
+        } else {
+            // Beyond 16 GiB, ask first so that failure is an error, not an abort.
+            let mut words = Vec::new();
+            words
+                .try_reserve_exact(nwords)
+                .map_err(|_| Error::new(format!("out of memory allocating {nbytes} bytes")))?;
+            words.resize(nwords, 0u64);
+            words
+        };
         Ok(Buffer { words, nbytes })
     }
 

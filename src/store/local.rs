@@ -16,6 +16,7 @@ use crate::ndarray::{copy_to_many, sum_into, Context, NDArray, Shape, StorageTyp
 use crate::{bail, ensure};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// One key's state.
@@ -64,13 +65,34 @@ struct DeviceComm {
     ready: bool,
 }
 
+/// Keys → entries, with a multiplicative hash (keys are small ints).
+type EntryMap = HashMap<i32, Arc<Entry>, BuildHasherDefault<IntHasher>>;
+
+/// Fibonacci hashing of an int key.
+#[derive(Default)]
+struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_i32(&mut self, i: i32) {
+        self.0 = (i as u32 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 pub struct LocalStore {
     type_name: Vec<u8>,
     device: bool,
     comm: Mutex<DeviceComm>,
     kind: KindLock,
     strs: RwLock<StrRegistry>,
-    entries: RwLock<HashMap<i32, Arc<Entry>>>,
+    entries: RwLock<EntryMap>,
     updater: RwLock<Option<Arc<dyn Updater>>>,
     compression: RwLock<Option<CompressionParams>>,
     warned_sparse_pull: Mutex<HashSet<i32>>,
@@ -137,7 +159,7 @@ impl LocalStore {
             comm: Mutex::new(DeviceComm::default()),
             kind: KindLock::default(),
             strs: RwLock::new(StrRegistry::default()),
-            entries: RwLock::new(HashMap::new()),
+            entries: RwLock::new(EntryMap::default()),
             updater: RwLock::new(None),
             compression: RwLock::new(None),
             warned_sparse_pull: Mutex::new(HashSet::new()),
@@ -154,22 +176,33 @@ impl LocalStore {
 
     /// Resolves keys to entries; every key must be initialised.
     fn entries_for(&self, keys: Keys<'_>) -> Result<Vec<Arc<Entry>>> {
-        let ids: Vec<i32> = match keys {
-            Keys::Int(k) => k.to_vec(),
-            Keys::Str(k) => {
-                let strs = self.strs.read();
-                k.iter().map(|s| strs.lookup(s)).collect::<Result<_>>()?
-            }
+        let lookup = |map: &EntryMap, i: usize, id: i32| {
+            map.get(&id)
+                .cloned()
+                .ok_or_else(|| not_inited(&keys.show(i)))
         };
-        let map = self.entries.read();
-        ids.iter()
-            .enumerate()
-            .map(|(i, id)| {
-                map.get(id)
-                    .cloned()
-                    .ok_or_else(|| not_inited(&keys.show(i)))
-            })
-            .collect()
+        match keys {
+            Keys::Int(k) => {
+                let map = self.entries.read();
+                k.iter()
+                    .enumerate()
+                    .map(|(i, &id)| lookup(&map, i, id))
+                    .collect()
+            }
+            Keys::Str(k) => {
+                let ids = {
+                    let strs = self.strs.read();
+                    k.iter()
+                        .map(|s| strs.lookup(s))
+                        .collect::<Result<Vec<_>>>()?
+                };
+                let map = self.entries.read();
+                ids.iter()
+                    .enumerate()
+                    .map(|(i, &id)| lookup(&map, i, id))
+                    .collect()
+            }
+        }
     }
 
     /// Checks a pull and returns (entry, output) pairs to write.
@@ -595,6 +628,12 @@ impl LocalStore {
             check_value(v, "push")?;
         }
         let entries = self.entries_for(keys)?;
+        let updater = self.updater.read().clone();
+        if let ([entry], [v]) = (&entries[..], vals) {
+            // One key, one value: no grouping.
+            self.check_push_group(entry, &[v])?;
+            return self.push_group(entry, &[v], updater.as_ref());
+        }
         let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
         let groups = group(&ids);
         let mut work = Vec::with_capacity(groups.len());
@@ -602,26 +641,34 @@ impl LocalStore {
             let entry = &entries[pos[0]];
             let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
             self.check_push_group(entry, &group_vals)?;
-            work.push((entry.clone(), group_vals));
+            work.push((entry, group_vals));
         }
-        let updater = self.updater.read().clone();
         for (entry, group_vals) in work {
-            let _serial = entry.update.lock();
-            if updater.is_none() {
-                let compressed = self.device && self.compression.read().is_some();
-                if group_vals.len() == 1 && !compressed {
-                    // Assign straight from the pushed value: no merge copy.
-                    self.apply(&entry, None, group_vals[0])?;
-                    continue;
-                }
-                if self.try_sum_in_place(&entry, &group_vals)? {
-                    continue;
-                }
-            }
-            let merged = self.reduce(&entry, &group_vals)?;
-            self.apply(&entry, updater.as_ref(), &merged)?;
+            self.push_group(entry, &group_vals, updater.as_ref())?;
         }
         Ok(())
+    }
+
+    /// Reduces and applies one key's (checked) values.
+    fn push_group(
+        &self,
+        entry: &Entry,
+        vals: &[&NDArray],
+        updater: Option<&Arc<dyn Updater>>,
+    ) -> Result<()> {
+        let _serial = entry.update.lock();
+        if updater.is_none() {
+            let compressed = self.device && self.compression.read().is_some();
+            if vals.len() == 1 && !compressed {
+                // Assign straight from the pushed value: no merge copy.
+                return self.apply(entry, None, vals[0]);
+            }
+            if self.try_sum_in_place(entry, vals)? {
+                return Ok(());
+            }
+        }
+        let merged = self.reduce(entry, vals)?;
+        self.apply(entry, updater, &merged)
     }
 }
 
