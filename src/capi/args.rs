@@ -79,8 +79,13 @@ pub(crate) unsafe fn cstrs<'a>(
     let ptrs = unsafe { slice(ptr, len, name)? };
     ptrs.iter()
         .enumerate()
-        // SAFETY: each element is NULL (checked) or a valid string, by contract.
-        .map(|(i, &p)| unsafe { cstr(p, &format!("{name}[{i}]")) })
+        .map(|(i, &p)| {
+            if p.is_null() {
+                return Err(Error::new(format!("{name}[{i}] is NULL")));
+            }
+            // SAFETY: non-NULL and NUL-terminated, by the caller's contract.
+            Ok(unsafe { CStr::from_ptr(p) }.to_bytes())
+        })
         .collect()
 }
 
@@ -97,7 +102,11 @@ pub(crate) unsafe fn ndarrays(
     let hs = unsafe { slice(ptr, len, name)? };
     hs.iter()
         .enumerate()
-        .map(|(i, &h)| ndarray(h, &format!("{name}[{i}]")))
+        .map(|(i, &h)| {
+            NDARRAYS
+                .get(h as usize)
+                .map_err(|e| Error::new(format!("{name}[{i}] (NDArrayHandle) {e}")))
+        })
         .collect()
 }
 

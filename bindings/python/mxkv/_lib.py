@@ -19,7 +19,7 @@ import ctypes
 import os
 import sys
 
-__all__ = ['find_library', 'load', 'PROTOTYPES', 'UPDATER', 'STR_UPDATER',
+__all__ = ['find_library', 'load', 'raw_function', 'PROTOTYPES', 'UPDATER', 'STR_UPDATER',
            'SERVER_CONTROLLER', 'LIBRARY_NAMES']
 
 LIBRARY_NAMES = ('libmxkv.so', 'libmxkv.dylib', 'mxkv.dll')
@@ -175,6 +175,26 @@ def declare(lib):
     return missing
 
 
+def raw_function(lib, name):
+    """A second function object for `name` *without* argtypes (restype int), or None.
+
+    Only for hot paths whose every argument already has the header's C type:
+    c_void_p handles, c_bool, ctypes arrays or ``byref`` for pointers, and Python
+    ints for int / mx_uint values that fit in a C int (ctypes passes an int as a
+    C int).  ctypes then skips the per-argument ``from_param`` conversions of
+    the declared function, which cost more than the C call itself.  The declared
+    function (``getattr(lib, name)``) stays the one everything else uses.
+    """
+    if name in getattr(lib, '_mxkv_missing', ()):
+        return None
+    try:
+        fn = lib._FuncPtr((name, lib))
+    except AttributeError:
+        return None
+    fn.restype = ctypes.c_int
+    return fn
+
+
 def load(path=None):
     """Open the library (RTLD_LOCAL, so it never interposes on another MXNet) and declare it."""
     path = path or find_library()
@@ -190,6 +210,13 @@ def load(path=None):
                       % (path, ', '.join(absent)))
     lib._mxkv_path = path
     lib._mxkv_missing = tuple(missing)
+    # libmxkv (not a real libmxnet.so) is synchronous: every call has finished
+    # when it returns, and its MXNDArrayWait* functions only validate the handle.
+    try:
+        getattr(lib, 'mxkv_live_handles')
+        lib._mxkv_synchronous = True
+    except AttributeError:
+        lib._mxkv_synchronous = False
     return lib
 
 

@@ -6,7 +6,7 @@ import weakref
 
 from ..base import (_LIB, c_str, check_call, last_error, mx_uint, py_str, KVStoreHandle,
                     MXKVUsageError)
-from .._lib import UPDATER, STR_UPDATER
+from .._lib import UPDATER, STR_UPDATER, raw_function
 from ..ndarray import NDArray, _ndarray_cls
 from .. import optimizer as opt
 from .base import _ctype_key_value, _ctype_dict, KVStoreBase
@@ -21,6 +21,53 @@ def _get_kvstore_server_command_type(command):
     if command not in _SERVER_COMMANDS:
         raise MXKVUsageError('Unknown command type to send to server: %r' % (command,))
     return _SERVER_COMMANDS[command]
+
+
+# --- the single-key fast path ----------------------------------------------------------
+# push/pull/pushpull of one int or str key with one NDArray (the common case, and the
+# whole cost of a tiny push+pull) skip the general marshalling: the key's 1-element C
+# array is cached, the value is passed as ``byref(ndarray.handle)`` (a pointer to the
+# one NDArrayHandle, i.e. a 1-element NDArrayHandle array), and the C function is
+# called through a function object without argtypes (see _lib.raw_function): handles
+# are c_void_p objects, the bool a c_bool, counts and priority Python ints in C int
+# range (ctypes passes them as C int: the same size and bits as mx_uint 1).  Anything
+# else (lists, numpy ints, bools, closed objects, out-of-range keys or priorities...)
+# takes the general path, which validates and reports errors exactly as before.
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_C_INT1 = ctypes.c_int * 1
+_C_STR1 = ctypes.c_char_p * 1
+_TRUE, _FALSE = ctypes.c_bool(True), ctypes.c_bool(False)
+_byref = ctypes.byref
+_KEY_CACHE = {}          # key (int or str) -> (1-element C key array, 0 int / 1 str key)
+_KEY_CACHE_MAX = 1 << 14
+
+
+def _raw(name):
+    fn = raw_function(_LIB, name)
+    if fn is None:
+        def fn(*args):  # not exported: fail as the general path would (AttributeError)
+            return getattr(_LIB, name)(*args)
+    return fn
+
+
+_PUSH = (_raw('MXKVStorePush'), _raw('MXKVStorePushEx'))
+_PULL = (_raw('MXKVStorePullWithSparse'), _raw('MXKVStorePullWithSparseEx'))
+_PUSHPULL = (_raw('MXKVStorePushPull'), _raw('MXKVStorePushPullEx'))
+
+
+def _one_key(key):
+    """(C array holding just `key`, 0 or 1 for str) for an int or str key, or None when
+    the key needs the general path (ints outside C int).  The array is never modified
+    once built, so concurrent calls may share it."""
+    if type(key) is int:
+        if not _INT32_MIN <= key <= _INT32_MAX:
+            return None
+        ent = (_C_INT1(key), 0)
+    else:
+        ent = (_C_STR1(key.encode('utf-8')), 1)
+    if len(_KEY_CACHE) < _KEY_CACHE_MAX:
+        _KEY_CACHE[key] = ent
+    return ent
 
 
 def _keys_text(keys):
@@ -104,6 +151,17 @@ class KVStore(KVStoreBase):
     def push(self, key, value, priority=0):
         """Push values; several values for one key are summed, then the updater (default:
         assign) combines the sum with the stored value."""
+        tk = type(key)
+        if ((tk is int or tk is str) and isinstance(value, NDArray) and type(priority) is int
+                and _INT32_MIN <= priority <= _INT32_MAX):
+            hdl, vh = self.handle, value.handle
+            if hdl is not None and vh is not None:
+                ent = _KEY_CACHE.get(key) or _one_key(key)
+                if ent is not None:
+                    ret = _PUSH[ent[1]](hdl, 1, ent[0], _byref(vh), priority)
+                    if ret or self._updater_error is not None:
+                        self._check(ret, 'push', [key])
+                    return
         ckeys, cvals, use_str, flat = _ctype_key_value(key, value, 'push')
         hdl = self._h('push', flat)
         fn = _LIB.MXKVStorePushEx if use_str else _LIB.MXKVStorePush
@@ -111,6 +169,18 @@ class KVStore(KVStoreBase):
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
         """Copy the stored values into `out` (one or several arrays per key)."""
+        tk = type(key)
+        if ((tk is int or tk is str) and isinstance(out, NDArray) and type(priority) is int
+                and _INT32_MIN <= priority <= _INT32_MAX):
+            hdl, oh = self.handle, out.handle
+            if hdl is not None and oh is not None:
+                ent = _KEY_CACHE.get(key) or _one_key(key)
+                if ent is not None:
+                    ret = _PULL[ent[1]](hdl, 1, ent[0], _byref(oh), priority,
+                                        _TRUE if ignore_sparse else _FALSE)
+                    if ret or self._updater_error is not None:
+                        self._check(ret, 'pull', [key])
+                    return
         if out is None:
             raise MXKVUsageError('KVStore.pull: out is required (key %r)' % (key,))
         ckeys, cvals, use_str, flat = _ctype_key_value(key, out, 'pull')
@@ -121,6 +191,21 @@ class KVStore(KVStoreBase):
 
     def pushpull(self, key, value, out=None, priority=0):
         """push then pull; without `out` the result is written back into `value`."""
+        tk = type(key)
+        if ((tk is int or tk is str) and isinstance(value, NDArray) and type(priority) is int
+                and _INT32_MIN <= priority <= _INT32_MAX
+                and (out is None or isinstance(out, NDArray))):
+            hdl, vh = self.handle, value.handle
+            oh = vh if out is None else out.handle
+            if hdl is not None and vh is not None and oh is not None:
+                ent = _KEY_CACHE.get(key) or _one_key(key)
+                if ent is not None:
+                    ck = ent[0]
+                    ret = _PUSHPULL[ent[1]](hdl, 1, ck, 1, ck, _byref(vh), _byref(oh),
+                                            priority)
+                    if ret or self._updater_error is not None:
+                        self._check(ret, 'pushpull', [key, key])
+                    return
         cvkeys, cvals, use_str, flat = _ctype_key_value(key, value, 'pushpull')
         if out is not None:
             cokeys, couts, _, oflat = _ctype_key_value(key, out, 'pushpull')

@@ -18,6 +18,10 @@ from ..base import (_LIB, check_call, NDArrayHandle, MXNetError, MXKVUsageError,
 from ..context import Context, current_context
 from .._numerics import dmlc_double
 
+# libmxkv finishes every operation before returning, so its MXNDArrayWait* calls
+# have nothing to wait for and are skipped; a real libmxnet.so keeps them.
+_SYNCHRONOUS = bool(getattr(_LIB, '_mxkv_synchronous', False))
+
 __all__ = ['NDArray', 'empty', 'zeros', 'ones', 'full', 'array', 'waitall', 'concatenate',
            'bfloat16', '_ndarray_cls', 'clip', 'sqrt', 'square', 'sign', 'abs', 'maximum',
            'minimum', 'cast', 'add', 'subtract', 'multiply', 'divide', 'moveaxis',
@@ -205,10 +209,16 @@ class NDArray(object):
     # --- synchronisation & raw access ------------------------------------------
     def wait_to_read(self):
         """Block until pending writes to this array are done."""
+        hdl = self.handle
+        if _SYNCHRONOUS and hdl is not None and hdl.value:
+            return  # libmxkv: nothing is ever pending; the handle is a live one of ours
         check_call(_LIB.MXNDArrayWaitToRead(self._h))
 
     def wait_to_write(self):
         """Block until pending reads and writes of this array are done."""
+        hdl = self.handle
+        if _SYNCHRONOUS and hdl is not None and hdl.value:
+            return
         check_call(_LIB.MXNDArrayWaitToWrite(self._h))
 
     def _view(self, write=False):
@@ -642,6 +652,8 @@ def array(source_array, ctx=None, dtype=None):
 
 def waitall():
     """Wait until all pending work of the library is done."""
+    if _SYNCHRONOUS:
+        return  # libmxkv's MXNDArrayWaitAll is `return 0`
     check_call(_LIB.MXNDArrayWaitAll())
 
 
