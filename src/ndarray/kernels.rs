@@ -64,7 +64,7 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
 /// block is written to all outputs while it is in cache.
 pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / sdt.size();
-    let parallel = n * outs.len() >= 1 << 20;
+    let parallel = n * outs.len() >= 1 << 19;
     const ELEMS: usize = 1 << 14;
     let blocks = n.div_ceil(ELEMS);
     // One task per block: the block of the source and of every output.
