@@ -193,19 +193,7 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
     r.i32()?;
     let ctx = Context::CPU0;
     let dtype = DType::from_code(r.i32()?)?;
-    for &d in shape.dims() {
-        ensure!(d >= 0, "Invalid NDArray file format: dimension {d}");
-    }
-    let nbytes = shape
-        .dims()
-        .iter()
-        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
-        .filter(|&n| n <= r.buf.len() - r.pos)
-        .ok_or_else(|| {
-            Error::new(format!(
-                "Invalid NDArray file format: array of shape {shape} does not fit in the file"
-            ))
-        })?;
+    let nbytes = byte_len(r, &shape, dtype)?;
     let data = r.take(nbytes)?;
     NDArray::from_bytes(shape, dtype, ctx, data)
 }
