@@ -256,7 +256,7 @@ impl LocalStore {
             }
             return Ok(());
         }
-                if let [(entry, out)] = plan {
+        if let [(entry, out)] = plan {
             return out.copy_from(&entry.value());
         }
         let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
