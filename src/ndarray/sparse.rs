@@ -461,8 +461,12 @@ pub fn sum_row_sparse(
                 let src = src.read();
                 let src: &[T] = src.typed();
                 let idx = p.aux[0].read();
+                // Both index lists are sorted: walk the union alongside.
+                let mut pos = 0;
                 for (k, r) in idx.typed::<i64>().iter().enumerate() {
-                    let pos = union.binary_search(r).expect("the union holds every index");
+                    while union[pos] != *r {
+                        pos += 1;
+                    }
                     let o = &mut out[pos * rl..(pos + 1) * rl];
                     for (o, &x) in o.iter_mut().zip(&src[k * rl..(k + 1) * rl]) {
                         *o = Elem::add(*o, x);
