@@ -223,17 +223,10 @@ impl LocalStore {
         Ok(plan)
     }
 
+    /// MXNet's warning for a skipped sparse output, once per key.
     fn warn_sparse_pull(&self, entry: &Entry) {
-        let id = self
-            .entries
-            .read()
-            .iter()
-            .find(|(_, e)| std::ptr::eq(Arc::as_ptr(e), entry))
-            .map(|(k, _)| *k);
-        if let Some(id) = id {
-            if self.warned_sparse_pull.lock().insert(id) {
-                eprintln!("Warning: non-default weights detected during kvstore pull. This call has been ignored. Please make sure to use kv.row_sparse_pull() or module.prepare() with row_ids.");
-            }
+        if self.warned_sparse_pull.lock().insert(entry.id) {
+            eprintln!("Warning: non-default weights detected during kvstore pull. This call has been ignored. Please make sure to use kv.row_sparse_pull() or module.prepare() with row_ids.");
         }
     }
 
