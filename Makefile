@@ -78,7 +78,7 @@ ctest-asan: $(addprefix build/ctests-asan/,$(CTESTS))
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build/ctests-asan/$$t; done
 ctest-valgrind: tools $(addprefix build/ctests/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t (valgrind)"; \
-	  valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done
+	  valgrind -q --fair-sched=yes --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done
 
 ## ABI: MXNet 1.9.1's own c_api.h and ours in one translation unit, -Werror.
 abi: venv-ref

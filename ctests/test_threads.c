@@ -724,10 +724,12 @@ static void *phase_f_thread(void *arg) {
   NDArrayHandle one = make_f32(NEL, v), out = make_f32(NEL, NULL);
   start_together();
   if (t == 0) {
-    /* wait for some traffic, then free the store under the others */
-    for (long spins = 0; atomic_load(&p->ops) < 20L * (NT - 1); spins++) {
-      CHECK(spins < 100000000L);
-      sched_yield();
+    /* wait for some traffic, then free the store under the others. Sleep,
+       not sched_yield: under valgrind's default (unfair) scheduler lock a
+       yielding spinner can keep the lock and starve the pushers. */
+    for (long naps = 0; atomic_load(&p->ops) < 20L * (NT - 1); naps++) {
+      CHECK(naps < 10L * 1000 * g_timeout); /* the watchdog fires first */
+      nanosleep(&(struct timespec){0, 100000}, NULL);
     }
     atomic_store(&p->freed, 1); /* before: a thread may see the stale handle at once */
     CHECK_OK(MXKVStoreFree(p->kv));
