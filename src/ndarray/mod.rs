@@ -466,16 +466,7 @@ pub fn lock_read_write<'a>(
 /// Locks are taken once each, in address order; an input that is `out`
 /// itself is read from a private copy.
 pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> Result<()> {
-    ensure!(!inputs.is_empty(), "nothing to sum");
-    for a in inputs {
-        a.ensure_dense("sum")?;
-        ensure!(
-            a.shape() == out.shape() && a.dtype() == out.dtype(),
-            "operands shape mismatch from.shape = {} to.shape={}",
-            a.shape(),
-            out.shape()
-        );
-    }
+    check_summands(inputs, out)?;
     let owned: Vec<NDArray>;
     let inputs = if inputs.iter().any(|a| a.same(out)) {
         owned = inputs
@@ -492,19 +483,100 @@ pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> 
     } else {
         inputs
     };
-    let mut uniq: Vec<&NDArray> = inputs.iter().collect();
-    uniq.sort_by_key(|a| a.addr());
-    uniq.dedup_by(|a, b| a.same(b));
-    let mut out_guard = None;
-    let mut reads = Vec::with_capacity(uniq.len());
-    for a in uniq {
-        if out_guard.is_none() && out.addr() < a.addr() {
-            out_guard = Some(out.write());
-        }
-        reads.push((a.addr(), a.read()));
+    let (reads, mut writes) = lock_many(inputs, &[out]);
+    let slices = input_slices(inputs, &reads);
+    kernels::sum_bytes(out.dtype(), &slices, writes[0].1.bytes_mut(), order);
+    Ok(())
+}
+
+/// [`sum_into`] that also copies the sum into `copies` in the same pass (the
+/// outputs of a PushPull). Returns `false`, doing nothing, unless every copy
+/// is a distinct dense array of `out`'s shape and dtype that is neither `out`
+/// nor an input; the caller then sums and copies separately.
+pub fn sum_into_and_copy(
+    inputs: &[NDArray],
+    out: &NDArray,
+    copies: &[&NDArray],
+    order: kernels::SumOrder,
+) -> Result<bool> {
+    check_summands(inputs, out)?;
+    let mut writes: Vec<&NDArray> = [out].into_iter().chain(copies.iter().copied()).collect();
+    writes.sort_by_key(|a| a.addr());
+    let distinct = writes.windows(2).all(|w| !w[0].same(w[1]))
+        && !inputs.iter().any(|a| writes.iter().any(|w| w.same(a)));
+    let fits = copies.iter().all(|c| {
+        c.stype() == StorageType::Default && c.shape() == out.shape() && c.dtype() == out.dtype()
+    });
+    if !distinct || !fits {
+        return Ok(false);
     }
-    let mut out_guard = out_guard.unwrap_or_else(|| out.write());
-    let slices: Vec<&[u8]> = inputs
+    let writes: Vec<&NDArray> = [out].into_iter().chain(copies.iter().copied()).collect();
+    let (reads, mut guards) = lock_many(inputs, &writes);
+    let slices = input_slices(inputs, &reads);
+    // `guards` is in `writes` order: the stored value first.
+    let (first, rest) = guards.split_first_mut().expect("out is locked");
+    let mut targets: Vec<&mut [u8]> = rest.iter_mut().map(|(_, g)| g.bytes_mut()).collect();
+    kernels::sum_copy_bytes(
+        out.dtype(),
+        &slices,
+        first.1.bytes_mut(),
+        &mut targets,
+        order,
+    );
+    Ok(true)
+}
+
+fn check_summands(inputs: &[NDArray], out: &NDArray) -> Result<()> {
+    ensure!(!inputs.is_empty(), "nothing to sum");
+    for a in inputs {
+        a.ensure_dense("sum")?;
+        ensure!(
+            a.shape() == out.shape() && a.dtype() == out.dtype(),
+            "operands shape mismatch from.shape = {} to.shape={}",
+            a.shape(),
+            out.shape()
+        );
+    }
+    Ok(())
+}
+
+type ReadGuards<'a> = Vec<(usize, RwLockReadGuard<'a, Buffer>)>;
+type WriteGuards<'a> = Vec<(usize, RwLockWriteGuard<'a, Buffer>)>;
+
+/// Read-locks `reads` (deduplicated, sorted by address) and write-locks
+/// `writes` (distinct, none of them in `reads`; returned in `writes` order),
+/// all in address order so that concurrent callers cannot deadlock.
+fn lock_many<'a>(
+    reads: &'a [NDArray],
+    writes: &[&'a NDArray],
+) -> (ReadGuards<'a>, WriteGuards<'a>) {
+    let mut order: Vec<(&NDArray, Option<usize>)> = reads
+        .iter()
+        .map(|a| (a, None))
+        .chain(writes.iter().enumerate().map(|(i, a)| (*a, Some(i))))
+        .collect();
+    order.sort_by_key(|(a, _)| a.addr());
+    order.dedup_by(|a, b| a.0.same(b.0));
+    let mut rg = Vec::with_capacity(reads.len());
+    let mut wg: Vec<Option<(usize, RwLockWriteGuard<'a, Buffer>)>> =
+        (0..writes.len()).map(|_| None).collect();
+    for (a, w) in order {
+        match w {
+            Some(i) => wg[i] = Some((a.addr(), a.write())),
+            None => rg.push((a.addr(), a.read())),
+        }
+    }
+    (
+        rg,
+        wg.into_iter()
+            .map(|g| g.expect("every output is locked"))
+            .collect(),
+    )
+}
+
+/// The locked bytes of each input, in `inputs` order.
+fn input_slices<'g>(inputs: &[NDArray], reads: &'g ReadGuards<'_>) -> Vec<&'g [u8]> {
+    inputs
         .iter()
         .map(|a| {
             let i = reads
@@ -512,9 +584,7 @@ pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> 
                 .expect("every input is locked");
             reads[i].1.bytes()
         })
-        .collect();
-    kernels::sum_bytes(out.dtype(), &slices, out_guard.bytes_mut(), order);
-    Ok(())
+        .collect()
 }
 
 #[cfg(test)]
@@ -523,6 +593,33 @@ mod tests {
 
     fn f32s(a: &NDArray) -> Vec<f32> {
         a.read().typed::<f32>().to_vec()
+    }
+
+    #[test]
+    fn sum_into_and_copy_refuses_aliases_and_other_dtypes() {
+        let a = |v: f32| {
+            NDArray::from_bytes(
+                Shape(vec![2]),
+                DType::F32,
+                Context::CPU0,
+                bytemuck::cast_slice(&[v, v]),
+            )
+            .unwrap()
+        };
+        let (x, y, out, c) = (a(1.0), a(2.0), a(0.0), a(0.0));
+        let order = kernels::SumOrder::GroupsOfFour;
+        let ins = [x.clone(), y.clone(), x.clone()];
+        assert!(!sum_into_and_copy(&ins, &out, &[&x], order).unwrap());
+        assert!(!sum_into_and_copy(&ins, &out, &[&out], order).unwrap());
+        assert!(!sum_into_and_copy(&ins, &out, &[&c, &c], order).unwrap());
+        let f64s = NDArray::zeros(Shape(vec![2]), DType::F64, Context::CPU0).unwrap();
+        assert!(!sum_into_and_copy(&ins, &out, &[&f64s], order).unwrap());
+        assert_eq!(
+            (f32s(&out), f32s(&c), f32s(&x)),
+            (vec![0.0; 2], vec![0.0; 2], vec![1.0; 2])
+        );
+        assert!(sum_into_and_copy(&ins, &out, &[&c], order).unwrap());
+        assert_eq!((f32s(&out), f32s(&c)), (vec![4.0; 2], vec![4.0; 2]));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use crate::error::Result;
 use crate::ndarray::dtype::DType;
 use crate::ndarray::kernels::SumOrder;
 use crate::ndarray::sparse::{retain_rows, row_ids as row_ids_of, sum_row_sparse};
-use crate::ndarray::{copy_to_many, sum_into, Context, NDArray, Shape, StorageType};
+use crate::ndarray::{
+    copy_to_many, sum_into, sum_into_and_copy, Context, NDArray, Shape, StorageType,
+};
 use crate::{bail, ensure};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -530,8 +532,15 @@ impl LocalStore {
 
     /// Without an updater, a dense multi-value push is summed straight into
     /// the stored value: the same numbers as summing into a merge buffer and
-    /// assigning, with one pass less and no merge buffer.
-    fn try_sum_in_place(&self, entry: &Entry, vals: &[&NDArray]) -> Result<bool> {
+    /// assigning, with one pass less and no merge buffer. A PushPull's
+    /// outputs `outs` of the key are written in the same pass when they can
+    /// be. `None`: not applicable; `Some(wrote_outs)`.
+    fn try_sum_in_place(
+        &self,
+        entry: &Entry,
+        vals: &[&NDArray],
+        outs: &[&NDArray],
+    ) -> Result<Option<bool>> {
         let stored = entry.value();
         let compressed = self.device && self.compression.read().is_some();
         if compressed
@@ -539,11 +548,39 @@ impl LocalStore {
             || vals[0].stype() != StorageType::Default
             || stored.stype() != StorageType::Default
         {
-            return Ok(false);
+            return Ok(None);
         }
         // Keeps a device store's merge-buffer placement as MXNet's.
         self.merge_ctx(entry, vals);
-        sum_into(&Self::dense_inputs(&stored, vals)?, &stored, self.order())?;
+        let inputs = Self::dense_inputs(&stored, vals)?;
+        if !outs.is_empty() && sum_into_and_copy(&inputs, &stored, outs, self.order())? {
+            return Ok(Some(true));
+        }
+        sum_into(&inputs, &stored, self.order())?;
+        Ok(Some(false))
+    }
+
+    /// Without an updater, a single pushed value is assigned; a PushPull's
+    /// outputs of the key are written from the same read of the value when
+    /// they hold the stored dtype (then the numbers are the same). Returns
+    /// whether `outs` were written.
+    fn assign(&self, entry: &Entry, val: &NDArray, outs: &[&NDArray]) -> Result<bool> {
+        let stored = entry.value();
+        let fused = !outs.is_empty()
+            && !val.is_sparse()
+            && stored.stype() == StorageType::Default
+            && val.dtype() == stored.dtype()
+            && outs.iter().all(|o| {
+                o.stype() == StorageType::Default
+                    && o.dtype() == stored.dtype()
+                    && o.shape() == stored.shape()
+            });
+        if !fused {
+            self.apply(entry, None, val)?;
+            return Ok(false);
+        }
+        let targets: Vec<&NDArray> = [&stored].into_iter().chain(outs.iter().copied()).collect();
+        copy_to_many(val, &targets)?;
         Ok(true)
     }
 
@@ -613,7 +650,14 @@ impl LocalStore {
         Ok(())
     }
 
-    fn push_inner(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
+    /// Pushes; the outputs in `pulls` (a checked PushPull plan) that a push
+    /// wrote in the same pass are removed from it.
+    fn push_inner(
+        &self,
+        keys: Keys<'_>,
+        vals: &[NDArray],
+        pulls: &mut Vec<(Arc<Entry>, &NDArray)>,
+    ) -> Result<()> {
         ensure!(
             keys.len() == vals.len(),
             "{} keys for {} values",
@@ -628,7 +672,7 @@ impl LocalStore {
         if let ([entry], [v]) = (&entries[..], vals) {
             // One key, one value: no grouping.
             self.check_push_group(entry, &[v])?;
-            return self.push_group(entry, &[v], updater.as_ref());
+            return self.push_group(entry, &[v], updater.as_ref(), pulls);
         }
         let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
         let groups = group(&ids);
@@ -640,26 +684,38 @@ impl LocalStore {
             work.push((entry, group_vals));
         }
         for (entry, group_vals) in work {
-            self.push_group(entry, &group_vals, updater.as_ref())?;
+            self.push_group(entry, &group_vals, updater.as_ref(), pulls)?;
         }
         Ok(())
     }
 
-    /// Reduces and applies one key's (checked) values.
+    /// Reduces and applies one key's (checked) values; writes and removes
+    /// the key's outputs in `pulls` when that costs no extra pass.
     fn push_group(
         &self,
-        entry: &Entry,
+        entry: &Arc<Entry>,
         vals: &[&NDArray],
         updater: Option<&Arc<dyn Updater>>,
+        pulls: &mut Vec<(Arc<Entry>, &NDArray)>,
     ) -> Result<()> {
         let _serial = entry.update.lock();
         if updater.is_none() {
+            let outs: Vec<&NDArray> = pulls
+                .iter()
+                .filter(|(e, _)| Arc::ptr_eq(e, entry))
+                .map(|(_, o)| *o)
+                .collect();
             let compressed = self.device && self.compression.read().is_some();
-            if vals.len() == 1 && !compressed {
+            let wrote = if vals.len() == 1 && !compressed {
                 // Assign straight from the pushed value: no merge copy.
-                return self.apply(entry, None, vals[0]);
-            }
-            if self.try_sum_in_place(entry, vals)? {
+                Some(self.assign(entry, vals[0], &outs)?)
+            } else {
+                self.try_sum_in_place(entry, vals, &outs)?
+            };
+            if let Some(wrote) = wrote {
+                if wrote {
+                    pulls.retain(|(e, _)| !Arc::ptr_eq(e, entry));
+                }
                 return Ok(());
             }
         }
@@ -685,7 +741,7 @@ impl KvStore for LocalStore {
 
     fn push(&self, keys: Keys<'_>, vals: &[NDArray], _priority: i32) -> Result<()> {
         self.kind.check(keys.kind())?;
-        self.push_inner(keys, vals)
+        self.push_inner(keys, vals, &mut Vec::new())
     }
 
     fn pull(
@@ -779,8 +835,8 @@ impl KvStore for LocalStore {
             outs.len()
         );
         // Check the pull half first so that a bad output pushes nothing.
-        let plan = self.plan_pull(self.entries_for(okeys)?, outs, true)?;
-        self.push_inner(vkeys, vals)?;
+        let mut plan = self.plan_pull(self.entries_for(okeys)?, outs, true)?;
+        self.push_inner(vkeys, vals, &mut plan)?;
         self.run_pull(&plan)
     }
 
@@ -852,6 +908,81 @@ mod tests {
             )
             .unwrap();
             assert_eq!(pull1(&s, 3, 1), vec![want]);
+        }
+    }
+
+    #[test]
+    fn push_pull_in_one_pass_equals_push_then_pull() {
+        // Values whose sum depends on the order, large enough to run in
+        // parallel; outputs fused, aliasing an input, of another dtype, and
+        // keys pushed without being pulled.
+        let n = (1 << 17) + 3;
+        let vals = |k: usize, salt: f32| -> Vec<NDArray> {
+            (0..k)
+                .map(|j| {
+                    let v: Vec<f32> = (0..n)
+                        .map(|i| [1e8f32, 1.0, -1e8, 0.5, -0.0][(i + j) % 5] * (1.0 + salt))
+                        .collect();
+                    arr(&v)
+                })
+                .collect()
+        };
+        for device in [false, true] {
+            for k in [1, 2, 3, 6] {
+                let (a, b) = (
+                    LocalStore::new(b"local".to_vec(), device),
+                    LocalStore::new(b"local".to_vec(), device),
+                );
+                for s in [&a, &b] {
+                    s.init(
+                        Keys::Int(&[1, 2]),
+                        &[arr(&vec![0.0; n]), arr(&vec![0.0; n])],
+                    )
+                    .unwrap();
+                }
+                for round in 0..2 {
+                    let v1 = vals(k, round as f32);
+                    let v2 = vals(2, 0.25);
+                    let mut keys = vec![1; k];
+                    keys.extend([2, 2]);
+                    let all: Vec<NDArray> = v1.iter().chain(&v2).cloned().collect();
+                    // Reference: push, then pull.
+                    a.push(Keys::Int(&keys), &all, 0).unwrap();
+                    let want1 = pull1(&a, 1, n);
+                    let want2 = pull1(&a, 2, n);
+                    // PushPull into two outputs of key 1 (in round 1 one of
+                    // them is the first input), one of key 2 in float64.
+                    let o1 = arr(&vec![0.0; n]);
+                    let alias = k > 1 && round == 1;
+                    let o1b = arr(&vec![0.0; n]);
+                    let o2 =
+                        NDArray::zeros(Shape(vec![n as i64]), DType::F64, Context::CPU0).unwrap();
+                    let mut all_b: Vec<NDArray> = vals(k, round as f32)
+                        .into_iter()
+                        .chain(vals(2, 0.25))
+                        .collect();
+                    if alias {
+                        // An output that is an input: the fused sum refuses it.
+                        o1b.copy_from(&all_b[0]).unwrap();
+                        all_b[0] = o1b.clone();
+                    }
+                    b.push_pull(
+                        Keys::Int(&keys),
+                        &all_b,
+                        Keys::Int(&[1, 2, 1]),
+                        &[o1.clone(), o2.clone(), o1b.clone()],
+                        0,
+                    )
+                    .unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&get(&o1)), bits(&want1), "device {device} k {k}");
+                    assert_eq!(bits(&get(&o1b)), bits(&want1), "device {device} k {k}");
+                    assert_eq!(bits(&pull1(&b, 1, n)), bits(&want1));
+                    assert_eq!(bits(&pull1(&b, 2, n)), bits(&want2));
+                    let o2: Vec<f32> = o2.to_f64_vec().iter().map(|&x| x as f32).collect();
+                    assert_eq!(bits(&o2), bits(&want2));
+                }
+            }
         }
     }
 
