@@ -137,6 +137,63 @@ pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
     }
 }
 
+/// Sums `inputs` into `out` as [`sum`] does and copies the result into every
+/// array of `copies` (each `out`'s length) in the same pass: each block is
+/// summed, then written to the copies while it is still in cache. The
+/// stored value and the outputs of a PushPull, without a second read.
+pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]], order: SumOrder) {
+    assert!(!inputs.is_empty());
+    type Task<'a, T> = (usize, &'a mut [T], Vec<&'a mut [T]>);
+    let chunk = if out.len() >= PAR_MIN {
+        TASK
+    } else {
+        out.len().max(1)
+    };
+    let mut tasks: Vec<Task<'_, T>> = out
+        .chunks_mut(chunk)
+        .enumerate()
+        .map(|(i, o)| (i * chunk, o, Vec::with_capacity(copies.len())))
+        .collect();
+    for c in copies.iter_mut() {
+        for (t, piece) in tasks.iter_mut().zip(c.chunks_mut(chunk)) {
+            t.2.push(piece);
+        }
+    }
+    let run = |(start, o, cs): &mut Task<'_, T>| {
+        let mut block: Vec<&[T]> = Vec::with_capacity(inputs.len());
+        for (i, ob) in o.chunks_mut(BLOCK).enumerate() {
+            let s = *start + i * BLOCK;
+            let e = s + ob.len();
+            block.clear();
+            block.extend(inputs.iter().map(|v| &v[s..e]));
+            sum_block(&block, ob, order);
+            for c in cs.iter_mut() {
+                c[i * BLOCK..i * BLOCK + ob.len()].copy_from_slice(ob);
+            }
+        }
+    };
+    if tasks.len() > 1 {
+        tasks.par_iter_mut().for_each(run);
+    } else {
+        tasks.iter_mut().for_each(run);
+    }
+}
+
+/// [`sum_copy`] over raw buffers of element type `dtype`.
+pub fn sum_copy_bytes(
+    dtype: DType,
+    inputs: &[&[u8]],
+    out: &mut [u8],
+    copies: &mut [&mut [u8]],
+    order: SumOrder,
+) {
+    crate::with_dtype!(dtype, T => {
+        let ins: Vec<&[T]> = inputs.iter().map(|b| bytemuck::cast_slice(b)).collect();
+        let mut cs: Vec<&mut [T]> = copies.iter_mut().map(|b| bytemuck::cast_slice_mut(b)).collect();
+        sum_copy::<T>(&ins, bytemuck::cast_slice_mut(out), &mut cs, order)
+    })
+}
+
 /// Sums elements `start..start + out.len()` block by block.
 fn sum_range<T: Elem>(inputs: &[&[T]], start: usize, out: &mut [T], order: SumOrder) {
     let mut block: Vec<&[T]> = Vec::with_capacity(inputs.len());
@@ -243,6 +300,33 @@ mod tests {
                 .iter()
                 .zip(&ser)
                 .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+
+    #[test]
+    fn sum_copy_equals_sum_then_copy() {
+        for n in [0, 5, BLOCK + 3, PAR_MIN * 2 + 9] {
+            let ins: Vec<Vec<f32>> = (0..6)
+                .map(|k| {
+                    (0..n)
+                        .map(|i| ((i * 13 + k * 5) % 89) as f32 * 0.37 - 1e3 * k as f32)
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[f32]> = ins.iter().map(|v| &v[..]).collect();
+            for order in [SumOrder::GroupsOfFour, SumOrder::LeftToRight] {
+                let mut want = vec![0f32; n];
+                sum(&refs, &mut want, order);
+                let mut out = vec![7f32; n];
+                let (mut c1, mut c2) = (vec![9f32; n], vec![-9f32; n]);
+                sum_copy(&refs, &mut out, &mut [&mut c1[..], &mut c2[..]], order);
+                for got in [&out, &c1, &c2] {
+                    assert!(got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()));
+                }
+            }
         }
     }
 
