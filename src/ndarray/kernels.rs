@@ -116,6 +116,13 @@ pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
     }
 }
 
+/// Elements per parallel task of a kernel touching `streams` arrays of
+/// `size`-byte elements: about 1 MiB of traffic (rayon's hand-off costs tens
+/// of µs here, so smaller pieces do not pay), at most `TASK`, whole blocks.
+fn task_elems(streams: usize, size: usize) -> usize {
+    ((1 << 20) / (streams * size).max(1)).clamp(BLOCK, TASK) / BLOCK * BLOCK
+}
+
 /// Sums `inputs` (all of element type `dtype`, same length as `out`) into
 /// `out` in the given order. `inputs` must not be empty.
 pub fn sum_bytes(dtype: DType, inputs: &[&[u8]], out: &mut [u8], order: SumOrder) {
@@ -128,10 +135,11 @@ pub fn sum_bytes(dtype: DType, inputs: &[&[u8]], out: &mut [u8], order: SumOrder
 /// Typed form of [`sum_bytes`].
 pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
     assert!(!inputs.is_empty());
-    if out.len() >= PAR_MIN {
-        out.par_chunks_mut(TASK)
+    let task = task_elems(inputs.len() + 1, std::mem::size_of::<T>());
+    if out.len() > task {
+        out.par_chunks_mut(task)
             .enumerate()
-            .for_each(|(i, o)| sum_range(inputs, i * TASK, o, order));
+            .for_each(|(i, o)| sum_range(inputs, i * task, o, order));
     } else {
         sum_range(inputs, 0, out, order);
     }
@@ -144,11 +152,9 @@ pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
 pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]], order: SumOrder) {
     assert!(!inputs.is_empty());
     type Task<'a, T> = (usize, &'a mut [T], Vec<&'a mut [T]>);
-    let chunk = if out.len() >= PAR_MIN {
-        TASK
-    } else {
-        out.len().max(1)
-    };
+    let chunk = task_elems(inputs.len() + 1 + copies.len(), std::mem::size_of::<T>())
+        .min(out.len())
+        .max(1);
     let mut tasks: Vec<Task<'_, T>> = out
         .chunks_mut(chunk)
         .enumerate()
