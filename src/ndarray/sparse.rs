@@ -151,6 +151,19 @@ impl NDArray {
         }
     }
 
+    /// Replaces the parts, returning the old ones.
+    fn swap_parts(&self, parts: Parts) -> Option<Parts> {
+        self.inner
+            .parts
+            .as_ref()
+            .map(|p| std::mem::replace(&mut *p.write(), parts))
+    }
+
+    /// Nothing but this value refers to the array.
+    fn is_unique(&self) -> bool {
+        std::sync::Arc::strong_count(&self.inner) == 1
+    }
+
     /// The dtype of aux array `i`.
     pub fn aux_type(&self, i: usize) -> Result<DType> {
         let p = self.parts()?;
@@ -438,44 +451,150 @@ pub fn sum_row_sparse(
         .iter()
         .map(|v| v.parts())
         .collect::<Result<Vec<_>>>()?;
-    let mut union: Vec<i64> = Vec::new();
-    for p in &parts {
-        union.extend_from_slice(p.aux[0].read().typed::<i64>());
-    }
-    union.sort_unstable();
-    union.dedup();
+    let union = union_of(&parts);
     let data = NDArray::zeros(rows_shape(union.len(), shape), dtype, ctx)?;
-    let rl: usize = shape.dims()[1..].iter().map(|&d| d as usize).product();
-    {
-        let mut out = data.write();
-        crate::with_dtype!(dtype, T => {
-            let out: &mut [T] = out.typed_mut();
-            for p in &parts {
-                let src = if p.data.dtype() == dtype {
-                    p.data.clone()
-                } else {
-                    let c = NDArray::zeros(p.data.shape().clone(), dtype, ctx)?;
-                    c.copy_from(&p.data)?;
-                    c
-                };
-                let src = src.read();
-                let src: &[T] = src.typed();
-                let idx = p.aux[0].read();
-                // Both index lists are sorted: walk the union alongside.
-                let mut pos = 0;
-                for (k, r) in idx.typed::<i64>().iter().enumerate() {
-                    while union[pos] != *r {
-                        pos += 1;
-                    }
-                    let o = &mut out[pos * rl..(pos + 1) * rl];
-                    for (o, &x) in o.iter_mut().zip(&src[k * rl..(k + 1) * rl]) {
+    accumulate(&parts, &union, &data)?;
+    NDArray::row_sparse(shape.clone(), ctx, data, &union)
+}
+
+/// [`sum_row_sparse`] into the row_sparse `dst` (its rows become the union),
+/// built in `spare`'s parts when they can be reused and published in one
+/// step: a reader of `dst` sees the old rows or the new, never a mix.
+pub fn sum_row_sparse_into(values: &[NDArray], dst: &NDArray, spare: &mut Spare) -> Result<()> {
+    let parts = values
+        .iter()
+        .map(|v| v.parts())
+        .collect::<Result<Vec<_>>>()?;
+    let union = union_of(&parts);
+    let out = spare.take(
+        &rows_shape(union.len(), dst.shape()),
+        dst.dtype(),
+        dst.ctx(),
+    )?;
+    out.aux[0]
+        .write()
+        .typed_mut::<i64>()
+        .copy_from_slice(&union);
+    accumulate(&parts, &union, &out.data)?;
+    spare.publish(dst, out);
+    Ok(())
+}
+
+/// Copies the row_sparse `src` into the row_sparse `dst` (converting the
+/// dtype) through `spare`, as [`sum_row_sparse_into`] does.
+pub fn assign_row_sparse(src: &NDArray, dst: &NDArray, spare: &mut Spare) -> Result<()> {
+    ensure!(
+        src.shape() == dst.shape(),
+        "operands shape mismatch from.shape = {} to.shape={}",
+        src.shape(),
+        dst.shape()
+    );
+    let p = src.parts()?;
+    let out = spare.take(p.data.shape(), dst.dtype(), dst.ctx())?;
+    out.data.copy_from(&p.data)?;
+    out.aux[0].copy_from(&p.aux[0])?;
+    spare.publish(dst, out);
+    Ok(())
+}
+
+/// The sorted union of the (sorted, unique) row indices of `parts`, merged
+/// list by list.
+fn union_of(parts: &[Parts]) -> Vec<i64> {
+    let mut union: Vec<i64> = Vec::new();
+    let mut merged: Vec<i64> = Vec::new();
+    for p in parts {
+        let idx = p.aux[0].read();
+        let b = idx.typed::<i64>();
+        merged.clear();
+        merged.reserve(union.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < union.len() && j < b.len() {
+            let (x, y) = (union[i], b[j]);
+            merged.push(x.min(y));
+            i += usize::from(x <= y);
+            j += usize::from(y <= x);
+        }
+        merged.extend_from_slice(&union[i..]);
+        merged.extend_from_slice(&b[j..]);
+        std::mem::swap(&mut union, &mut merged);
+    }
+    union
+}
+
+/// Writes into `data` (whose rows are `union`) zero plus the rows of every
+/// part, added in part order; `data` need not be zeroed first.
+fn accumulate(parts: &[Parts], union: &[i64], data: &NDArray) -> Result<()> {
+    let dtype = data.dtype();
+    let rl = data.row_len();
+    let mut out = data.write();
+    let mut touched = vec![false; union.len()];
+    crate::with_dtype!(dtype, T => {
+        let out: &mut [T] = out.typed_mut();
+        let zero = <T as bytemuck::Zeroable>::zeroed();
+        for p in parts {
+            let src = if p.data.dtype() == dtype {
+                p.data.clone()
+            } else {
+                let c = NDArray::zeros(p.data.shape().clone(), dtype, data.ctx())?;
+                c.copy_from(&p.data)?;
+                c
+            };
+            let src = src.read();
+            let src: &[T] = src.typed();
+            let idx = p.aux[0].read();
+            // Both index lists are sorted: walk the union alongside.
+            let mut pos = 0;
+            for (k, r) in idx.typed::<i64>().iter().enumerate() {
+                while union[pos] != *r {
+                    pos += 1;
+                }
+                let o = &mut out[pos * rl..(pos + 1) * rl];
+                let x = &src[k * rl..(k + 1) * rl];
+                if touched[pos] {
+                    for (o, &x) in o.iter_mut().zip(x) {
                         *o = Elem::add(*o, x);
+                    }
+                } else {
+                    touched[pos] = true;
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = Elem::add(zero, x);
                     }
                 }
             }
-        });
+        }
+    });
+    Ok(())
+}
+
+/// The parts a store entry keeps for its next row_sparse result. They are
+/// reused only while nothing else holds them (no handle, no reader that
+/// cloned them), so writing into them is invisible until published; the
+/// steady state of repeated pushes allocates nothing.
+#[derive(Default)]
+pub struct Spare(Option<Parts>);
+
+impl Spare {
+    fn take(&mut self, data_shape: &Shape, dtype: DType, ctx: Context) -> Result<Parts> {
+        if let Some(p) = self.0.take() {
+            let fits = p.data.shape() == data_shape
+                && p.data.dtype() == dtype
+                && p.data.ctx() == ctx
+                && p.aux.len() == 1;
+            if fits && p.data.is_unique() && p.aux[0].is_unique() {
+                return Ok(p);
+            }
+        }
+        let nnz = data_shape.dims()[0];
+        Ok(Parts {
+            data: NDArray::zeros(data_shape.clone(), dtype, ctx)?,
+            aux: vec![NDArray::zeros(Shape(vec![nnz]), DType::I64, ctx)?],
+        })
     }
-    NDArray::row_sparse(shape.clone(), ctx, data, &union)
+
+    /// Makes `parts` `dst`'s parts in one step; the old ones become spare.
+    fn publish(&mut self, dst: &NDArray, parts: Parts) {
+        self.0 = dst.swap_parts(parts);
+    }
 }
 
 /// Converts row ids of any numeric dtype to sorted, unique int64 ids in
@@ -607,6 +726,46 @@ mod tests {
         let c = rsp(4, &[1], &[-0.0, 1.0]);
         let s = sum_row_sparse(&[c], &Shape(vec![4, 2]), DType::F32, Context::CPU0).unwrap();
         assert_eq!(dense_of(&s)[2].to_bits(), 0);
+    }
+
+    #[test]
+    fn sums_and_assigns_into_a_store_value_reuse_only_private_parts() {
+        let stored = rsp(6, &[0], &[7., 7.]);
+        let mut spare = Spare::default();
+        let a = rsp(6, &[1, 4], &[1., -0.0, 2., 2.]);
+        let b = rsp(6, &[0, 4, 5], &[3., 3., 10., 10., 1., 1.]);
+        let round = |spare: &mut Spare| {
+            sum_row_sparse_into(&[a.clone(), b.clone()], &stored, spare).unwrap();
+            assert_eq!(stored.rsp_indices().unwrap(), vec![0, 1, 4, 5]);
+            let d = dense_of(&stored);
+            assert_eq!(d, vec![3., 3., 1., 0., 0., 0., 0., 0., 12., 12., 1., 1.]);
+            assert_eq!(d[3].to_bits(), 0, "0 + -0.0 is +0.0");
+        };
+        round(&mut spare); // the first push allocates
+        let before = stored.parts().unwrap(); // a reader holds these parts
+        round(&mut spare); // the spare was the initial 1-row parts: new ones
+        round(&mut spare); // the spare is `before`, still held: not reused
+        assert_eq!(before.aux[0].read().typed::<i64>(), &[0, 1, 4, 5]);
+        assert_eq!(before.data.read().typed::<f32>()[..2], [3., 3.]);
+        drop(before);
+        // The spare (round 2's parts) is private and of the right size:
+        // reused, with the same result.
+        let spare_data = spare.0.as_ref().unwrap().data.addr();
+        round(&mut spare);
+        assert_eq!(stored.parts().unwrap().data.addr(), spare_data);
+        // Another row count, then an assignment of fewer rows (converted
+        // from float64).
+        sum_row_sparse_into(&[a.clone()], &stored, &mut spare).unwrap();
+        assert_eq!(dense_of(&stored)[..4], [0., 0., 1., 0.]);
+        let f64_data = NDArray::zeros(Shape(vec![1, 2]), DType::F64, Context::CPU0).unwrap();
+        f64_data
+            .copy_from_bytes(bytemuck::cast_slice(&[0.5f64, 1.5]))
+            .unwrap();
+        let c = NDArray::row_sparse(Shape(vec![6, 2]), Context::CPU0, f64_data, &[3]).unwrap();
+        assign_row_sparse(&c, &stored, &mut spare).unwrap();
+        assert_eq!(stored.rsp_indices().unwrap(), vec![3]);
+        assert_eq!(dense_of(&stored)[6..8], [0.5, 1.5]);
+        assert!(assign_row_sparse(&rsp(5, &[0], &[1., 1.]), &stored, &mut spare).is_err());
     }
 
     #[test]

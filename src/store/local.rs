@@ -11,7 +11,10 @@ use super::{KvStore, Updater};
 use crate::error::Result;
 use crate::ndarray::dtype::DType;
 use crate::ndarray::kernels::SumOrder;
-use crate::ndarray::sparse::{retain_rows, row_ids as row_ids_of, sum_row_sparse};
+use crate::ndarray::sparse::{
+    assign_row_sparse, retain_rows, row_ids as row_ids_of, sum_row_sparse, sum_row_sparse_into,
+    Spare,
+};
 use crate::ndarray::{
     copy_to_many, sum_into, sum_into_and_copy, Context, NDArray, Shape, StorageType,
 };
@@ -48,6 +51,8 @@ struct Entry {
 struct Merge {
     ctx: Option<Context>,
     dense: Option<NDArray>,
+    /// Parts for the next row_sparse value assigned without an updater.
+    spare: Spare,
 }
 
 impl Entry {
@@ -484,25 +489,7 @@ impl LocalStore {
                 };
             }
             let ctx = self.merge_ctx(entry, vals);
-            let rows = vals
-                .iter()
-                .map(|v| {
-                    if v.stype() == StorageType::RowSparse {
-                        Ok((*v).clone())
-                    } else {
-                        let r = NDArray::sparse_zeros(
-                            StorageType::RowSparse,
-                            v.shape().clone(),
-                            v.dtype(),
-                            v.ctx(),
-                            &[DType::I64],
-                            &[Shape(vec![0])],
-                        )?;
-                        r.copy_from(v)?;
-                        Ok(r)
-                    }
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let rows = Self::row_sparse_inputs(vals)?;
             return sum_row_sparse(&rows, key.shape(), key.dtype(), ctx);
         }
         if vals.len() == 1 {
@@ -512,6 +499,37 @@ impl LocalStore {
         let buf = self.merge_buffer(entry, &key, ctx)?;
         sum_into(&Self::dense_inputs(&key, vals)?, &buf, self.order())?;
         Ok(buf)
+    }
+
+    /// Dense values among row_sparse ones are summed as row_sparse.
+    fn row_sparse_inputs(vals: &[&NDArray]) -> Result<Vec<NDArray>> {
+        vals.iter()
+            .map(|v| {
+                if v.stype() == StorageType::RowSparse {
+                    Ok((*v).clone())
+                } else {
+                    let r = NDArray::sparse_zeros(
+                        StorageType::RowSparse,
+                        v.shape().clone(),
+                        v.dtype(),
+                        v.ctx(),
+                        &[DType::I64],
+                        &[Shape(vec![0])],
+                    )?;
+                    r.copy_from(v)?;
+                    Ok(r)
+                }
+            })
+            .collect()
+    }
+
+    /// Runs `f` with the entry's spare row_sparse parts (not holding the
+    /// merge lock meanwhile: the caller holds the key's update lock).
+    fn with_spare<R>(&self, entry: &Entry, f: impl FnOnce(&mut Spare) -> R) -> R {
+        let mut spare = std::mem::take(&mut entry.merge.lock().spare);
+        let r = f(&mut spare);
+        entry.merge.lock().spare = spare;
+        r
     }
 
     /// Values of another dtype or storage type are converted to the key's
@@ -543,11 +561,16 @@ impl LocalStore {
     ) -> Result<Option<bool>> {
         let stored = entry.value();
         let compressed = self.device && self.compression.read().is_some();
-        if compressed
-            || vals.len() < 2
-            || vals[0].stype() != StorageType::Default
-            || stored.stype() != StorageType::Default
-        {
+        if compressed || vals.len() < 2 || vals[0].stype() != stored.stype() {
+            return Ok(None);
+        }
+        if stored.stype() == StorageType::RowSparse {
+            self.merge_ctx(entry, vals);
+            let rows = Self::row_sparse_inputs(vals)?;
+            self.with_spare(entry, |spare| sum_row_sparse_into(&rows, &stored, spare))?;
+            return Ok(Some(false));
+        }
+        if stored.stype() != StorageType::Default {
             return Ok(None);
         }
         // Keeps a device store's merge-buffer placement as MXNet's.
@@ -634,6 +657,9 @@ impl LocalStore {
         if let Some(u) = updater {
             u.update(entry.id, entry.str_key.as_deref(), merged, &stored);
             return Ok(());
+        }
+        if stored.stype() == StorageType::RowSparse && merged.stype() == StorageType::RowSparse {
+            return self.with_spare(entry, |spare| assign_row_sparse(merged, &stored, spare));
         }
         if stored.stype() == merged.stype() {
             return stored.copy_from(merged);
