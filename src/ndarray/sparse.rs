@@ -755,7 +755,7 @@ mod tests {
         assert_eq!(stored.parts().unwrap().data.addr(), spare_data);
         // Another row count, then an assignment of fewer rows (converted
         // from float64).
-        sum_row_sparse_into(&[a.clone()], &stored, &mut spare).unwrap();
+        sum_row_sparse_into(std::slice::from_ref(&a), &stored, &mut spare).unwrap();
         assert_eq!(dense_of(&stored)[..4], [0., 0., 1., 0.]);
         let f64_data = NDArray::zeros(Shape(vec![1, 2]), DType::F64, Context::CPU0).unwrap();
         f64_data
