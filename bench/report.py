@@ -219,12 +219,14 @@ def build(rows_c, rows_py):
         limits[name] = max(limits.get(name, 0.0), gbps)
         limit_rows.append((name, threads, gbps, r))
 
-    def lim(kind, k):
+    def lim(kind, k, at=""):
+        # at: "" for the 64 MB limits, "@256KB" for the in-cache ones
+        where = " (256 KB, 1 thread)" if at else ""
         if kind == "memcpy" or k == 1:
-            return limits.get("memcpy"), "memcpy"
-        key = "%s %s=%d" % (kind, "k" if kind == "sum" else "n", k)
+            return limits.get("memcpy" + at), "memcpy" + where
+        key = "%s%s %s=%d" % (kind, at, "k" if kind == "sum" else "n", k)
         label = ("%d-input sum" % k) if kind == "sum" else ("broadcast copy to %d" % k)
-        return limits.get(key), label
+        return limits.get(key), label + where
 
     out = []
     sizes = sorted({int(r["size_bytes"]) for r in data if r["figure"] == "push"})
@@ -252,7 +254,8 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim("bcast", n) if big else (None, None)
+            limit, lname = lim("bcast", n) if big else (
+                lim("bcast", n, "@256KB") if s == 262144 else (None, None))
             target = {"frac": 0.9} if big else {"ratio": 1.5}
             out.append(Row("pull into %d output%s × %s" % (n, "s" if n > 1 else "", human(s)),
                            "GB/s", convert(a, "GB/s"), convert(b, "GB/s"), True, target, limit,
@@ -412,13 +415,18 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         d = byname.setdefault(name, {})
         d[threads] = max(d.get(threads, 0.0), gbps)
     for name, t in byname.items():
-        moved = {"memcpy": "2S", "fresh": "2S"}.get(name)
+        kernel, _, at = name.partition("@")
+        at, _, rest = at.partition(" ")
+        kernel = (kernel + " " + rest).strip()
+        moved = {"memcpy": "2S", "fresh": "2S"}.get(kernel)
         if moved is None:
-            k = int(name.split("=")[1])
+            k = int(kernel.split("=")[1])
             moved = "%dS" % (k + 1)
         desc = {"memcpy": "memcpy", "fresh": "copy into fresh memory (calloc per op, held)"}.get(
-            name, name.replace("sum k=", "one-pass sum of k=")
-                                        .replace("bcast n=", "broadcast copy to n="))
+            kernel, kernel.replace("sum k=", "one-pass sum of k=")
+                          .replace("bcast n=", "broadcast copy to n="))
+        if at:
+            desc += " — %s, in cache" % at.replace("KB", " KB")
         L.append("| %s | %s | %s | %s | %s |" % (desc, moved, fmt(t.get("1")), fmt(t.get("2")),
                                                 fmt(limits[name])))
     L.append("")
@@ -506,7 +514,9 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "block of the source once and memcpy's it to the n outputs. The copy into fresh "
         "memory callocs a new 64 MB destination per operation and keeps it until the "
         "measurement ends (as the init figure keeps its keys), so the kernel faults in and "
-        "zeroes every page first: the limit of an init.")
+        "zeroes every page first: the limit of an init. At 256 KB memcpy and the broadcast "
+        "copies are measured on one thread with the arrays in cache (starting a second "
+        "thread costs more than such a copy), the limits of the pulls of that size.")
     L.append(
         "- Pair latency: key of one float32; `async` = N × (Push, Pull) then one WaitAll; "
         "`sync` = N × (Push, Pull, WaitToRead(out)) — the issue's \"~10 µs\" for MXNet "

@@ -94,7 +94,7 @@ impl NDArray {
                 t.code()
             );
         }
-        let data = NDArray::zeros(data_shape, dtype, ctx)?;
+        let data = NDArray::zeros_for_rows(data_shape, dtype, ctx)?;
         let aux = aux_shapes
             .iter()
             .map(|s| NDArray::zeros(s.clone(), DType::I64, ctx))
@@ -205,7 +205,11 @@ impl NDArray {
                 src.shape()
             );
         }
-        let copy = NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?;
+        let copy = if i == -1 {
+            NDArray::zeros_for_rows(src.shape().clone(), slot.dtype(), self.ctx())?
+        } else {
+            NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?
+        };
         copy.copy_from(src)?;
         *slot = copy;
         self.replace_parts(parts);
@@ -312,7 +316,8 @@ impl NDArray {
 
     pub(super) fn sparse_copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
         let p = self.parts()?;
-        let data = p.data.copy_to_ctx(ctx)?;
+        let data = NDArray::zeros_for_rows(p.data.shape().clone(), p.data.dtype(), ctx)?;
+        data.copy_from(&p.data)?;
         let aux = p
             .aux
             .iter()
@@ -351,7 +356,7 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
                 d.data.copy_from(&p.data)?;
                 return d.aux[0].copy_from(&p.aux[0]);
             }
-            let data = NDArray::zeros(p.data.shape().clone(), dst.dtype(), dst.ctx())?;
+            let data = NDArray::zeros_for_rows(p.data.shape().clone(), dst.dtype(), dst.ctx())?;
             data.copy_from(&p.data)?;
             let aux = vec![p.aux[0].copy_to_ctx(dst.ctx())?];
             dst.replace_parts(Parts { data, aux });
@@ -373,7 +378,7 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
                         .collect()
                 })
             };
-            let data = NDArray::zeros(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
+            let data = NDArray::zeros_for_rows(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
             {
                 let (ssz, dsz) = (src.dtype().size(), dst.dtype().size());
                 let s = src.read();
@@ -452,7 +457,7 @@ pub fn sum_row_sparse(
         .map(|v| v.parts())
         .collect::<Result<Vec<_>>>()?;
     let union = union_of(&parts);
-    let data = NDArray::zeros(rows_shape(union.len(), shape), dtype, ctx)?;
+    let data = NDArray::zeros_for_rows(rows_shape(union.len(), shape), dtype, ctx)?;
     accumulate(&parts, &union, &data)?;
     NDArray::row_sparse(shape.clone(), ctx, data, &union)
 }
@@ -586,7 +591,7 @@ impl Spare {
         }
         let nnz = data_shape.dims()[0];
         Ok(Parts {
-            data: NDArray::zeros(data_shape.clone(), dtype, ctx)?,
+            data: NDArray::zeros_for_rows(data_shape.clone(), dtype, ctx)?,
             aux: vec![NDArray::zeros(Shape(vec![nnz]), DType::I64, ctx)?],
         })
     }
@@ -641,7 +646,7 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
     let data = if reuse {
         old.data.clone()
     } else {
-        NDArray::zeros(shape, out.dtype(), out.ctx())?
+        NDArray::zeros_for_rows(shape, out.dtype(), out.ctx())?
     };
     {
         let idx = p.aux[0].read();
