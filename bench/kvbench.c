@@ -1043,14 +1043,15 @@ static void run_rss(size_t bytes, int nkeys, int reps) {
 }
 
 /* ------------------------------------------------------------------------
- * Machine limits: memcpy, k-input sum, broadcast copy, copy into fresh memory; 1 and 2 threads.
+ * Machine limits: memcpy, k-input sum, broadcast copy, k-input sum copied to k outputs,
+ * copy into fresh memory; 1 and 2 threads (and memcpy, broadcast at 256 KB in cache).
  * ---------------------------------------------------------------------- */
 typedef struct Job {
-  int kind; /* 0 memcpy, 1 sum, 2 broadcast */
+  int kind; /* 0 memcpy, 1 sum, 2 broadcast, 3 sum and copy (pushpull) */
   int k;
   size_t blk; /* memcpy: 0 = one memcpy per thread chunk, else elements per memcpy */
   float *src[MAXK];
-  float *dst[MAXK];
+  float *dst[MAXK + 1];
   size_t lo, hi;
 } Job;
 
@@ -1100,6 +1101,15 @@ static void *job_run(void *arg) {
   case 1:
     sum_range(j->dst[0], j->src, j->k, j->lo, j->hi);
     break;
+  case 3: { /* sum into dst[0], then copy each 16 KB block to dst[1..k] while in cache */
+    const size_t B = 4096;
+    for (size_t b = j->lo; b < j->hi; b += B) {
+      size_t e = b + B < j->hi ? b + B : j->hi;
+      sum_range(j->dst[0], j->src, j->k, b, e);
+      for (int o = 1; o <= j->k; o++) memcpy(j->dst[o] + b, j->dst[0] + b, (e - b) * 4);
+    }
+    break;
+  }
   case 2: {
     const size_t B = 8192; /* 32 KB blocks: the source block stays in cache */
     for (size_t b = j->lo; b < j->hi; b += B) {
@@ -1214,8 +1224,8 @@ static void fresh_limit(float *src, size_t bytes, int reps, int pass) {
    starting a second thread costs more than such a copy), named "…@256KB". */
 static void run_limits(size_t bytes, int reps, int pass, bool small) {
   size_t n = bytes / 4;
-  float *buf[MAXK * 2];
-  for (int i = 0; i < MAXK * 2; i++) {
+  float *buf[MAXK * 2 + 1];
+  for (int i = 0; i < MAXK * 2 + 1; i++) {
     buf[i] = xmalloc(bytes);
     for (size_t j = 0; j < n; j++) buf[i][j] = (float)(j % 1000);
   }
@@ -1223,10 +1233,10 @@ static void run_limits(size_t bytes, int reps, int pass, bool small) {
     const char *name;
     int kind, k;
   } lim[] = {{"memcpy", 0, 1}, {"sum", 1, 2}, {"sum", 1, 4}, {"sum", 1, 8},
-             {"bcast", 2, 2}, {"bcast", 2, 8}};
+             {"bcast", 2, 2}, {"bcast", 2, 8}, {"sumcopy", 3, 2}, {"sumcopy", 3, 8}};
   for (size_t li = 0; li < sizeof lim / sizeof lim[0]; li++)
     for (int threads = 1; threads <= (small ? 1 : 2); threads++) {
-      if (small && lim[li].kind == 1) continue;
+      if (small && (lim[li].kind == 1 || lim[li].kind == 3)) continue;
       Job j;
       memset(&j, 0, sizeof j);
       j.kind = lim[li].kind;
@@ -1234,11 +1244,15 @@ static void run_limits(size_t bytes, int reps, int pass, bool small) {
       if (j.kind == 2) {
         j.src[0] = buf[0];
         for (int o = 0; o < j.k; o++) j.dst[o] = buf[MAXK + o];
+      } else if (j.kind == 3) {
+        for (int i = 0; i < j.k; i++) j.src[i] = buf[i];
+        for (int o = 0; o <= j.k; o++) j.dst[o] = buf[MAXK + o];
       } else {
         for (int i = 0; i < j.k; i++) j.src[i] = buf[i];
         j.dst[0] = buf[MAXK];
       }
-      double moved = (double)bytes * (j.kind == 0 ? 2 : j.k + 1);
+      /* sum and copy counts as the pushpull figure does: k inputs, k outputs */
+      double moved = (double)bytes * (j.kind == 0 ? 2 : j.kind == 3 ? 2 * j.k : j.k + 1);
       double mn, mx, med;
       long iters;
       char how[64] = "";
@@ -1261,7 +1275,7 @@ static void run_limits(size_t bytes, int reps, int pass, bool small) {
         med = limit_time(&j, n, threads, reps, &mn, &mx, &iters);
       }
       /* check the sum once (a broken kernel is a broken limit) */
-      if (j.kind == 1 && j.dst[0][999] != 999.0f * (float)j.k) {
+      if ((j.kind == 1 || j.kind == 3) && j.dst[j.kind == 3 ? j.k : 0][999] != 999.0f * (float)j.k) {
         fprintf(stderr, "kvbench: limit kernel sum k=%d is wrong\n", j.k);
         g_failed = 1;
       }
@@ -1269,7 +1283,7 @@ static void run_limits(size_t bytes, int reps, int pass, bool small) {
       if (j.kind == 0)
         snprintf(variant, sizeof variant, "t=%d", threads);
       else
-        snprintf(variant, sizeof variant, "%c=%d t=%d", j.kind == 1 ? 'k' : 'n', j.k, threads);
+        snprintf(variant, sizeof variant, "%c=%d t=%d", j.kind == 2 ? 'n' : 'k', j.k, threads);
       char fig[32], note[160];
       snprintf(fig, sizeof fig, "limit_%s%s", lim[li].name, small ? "@256KB" : "");
       snprintf(note, sizeof note, "pass %d (%s of the run)%s", pass, pass == 1 ? "start" : "end",
@@ -1279,7 +1293,7 @@ static void run_limits(size_t bytes, int reps, int pass, bool small) {
       fprintf(stderr, "  %-18s %-12s %9.3f GB/s%s\n", fig, variant, moved / med / 1e9, how);
     }
   if (!small) fresh_limit(buf[0], bytes, reps, pass);
-  for (int i = 0; i < MAXK * 2; i++) free(buf[i]);
+  for (int i = 0; i < MAXK * 2 + 1; i++) free(buf[i]);
 }
 
 /* ------------------------------------------------------------------------ */

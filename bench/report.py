@@ -224,8 +224,9 @@ def build(rows_c, rows_py):
         where = " (256 KB, 1 thread)" if at else ""
         if kind == "memcpy" or k == 1:
             return limits.get("memcpy" + at), "memcpy" + where
-        key = "%s%s %s=%d" % (kind, at, "k" if kind == "sum" else "n", k)
-        label = ("%d-input sum" % k) if kind == "sum" else ("broadcast copy to %d" % k)
+        key = "%s%s %s=%d" % (kind, at, "n" if kind == "bcast" else "k", k)
+        label = {"sum": "%d-input sum" % k, "bcast": "broadcast copy to %d" % k,
+                 "sumcopy": "%d-input sum copied to %d outputs" % (k, k)}[kind]
         return limits.get(key), label + where
 
     out = []
@@ -265,8 +266,10 @@ def build(rows_c, rows_py):
             a, b = pair("pushpull", "k=%d %s" % (k, human(s).replace(" ", "")))
             if a is None and b is None:
                 continue
+            limit, lname = lim("sumcopy", k) if s >= BIG else (None, None)
             out.append(Row("pushpull %d in / %d out × %s" % (k, k, human(s)), "GB/s",
-                           convert(a, "GB/s"), convert(b, "GB/s"), True, {"ratio": 3}))
+                           convert(a, "GB/s"), convert(b, "GB/s"), True, {"ratio": 3}, limit,
+                           lname))
     for s in sizes:
         a, b = pair("init", human(s).replace(" ", ""))
         if a is None and b is None:
@@ -421,9 +424,11 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         moved = {"memcpy": "2S", "fresh": "2S"}.get(kernel)
         if moved is None:
             k = int(kernel.split("=")[1])
-            moved = "%dS" % (k + 1)
+            moved = "%dS" % (2 * k if kernel.startswith("sumcopy") else k + 1)
         desc = {"memcpy": "memcpy", "fresh": "copy into fresh memory (calloc per op, held)"}.get(
-            kernel, kernel.replace("sum k=", "one-pass sum of k=")
+            kernel, kernel.replace("sumcopy k=", "one-pass sum of k inputs, copied to k "
+                                   "outputs, k=")
+                          .replace("sum k=", "one-pass sum of k=")
                           .replace("bcast n=", "broadcast copy to n="))
         if at:
             desc += " — %s, in cache" % at.replace("KB", " KB")
@@ -511,7 +516,10 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "memcpy: the faster of one glibc memcpy per thread (non-temporal stores at this "
         "size) and 64 KB memcpy's (regular stores). The k-input sum is "
         "`out[i] = a0[i] + … + ak-1[i]` in one pass; the broadcast copy reads each 32 KB "
-        "block of the source once and memcpy's it to the n outputs. The copy into fresh "
+        "block of the source once and memcpy's it to the n outputs. The sum copied to k "
+        "outputs (the work of a pushpull: k inputs read, the stored value and k outputs "
+        "written, counted as 2k·S like the figure) sums each 16 KB block and memcpy's it to "
+        "the outputs while in cache. The copy into fresh "
         "memory callocs a new 64 MB destination per operation and keeps it until the "
         "measurement ends (as the init figure keeps its keys), so the kernel faults in and "
         "zeroes every page first: the limit of an init. At 256 KB memcpy and the broadcast "
