@@ -459,7 +459,9 @@ def markdown(rows, limits, limit_rows, meta, data, args):
              "returns), so \"push 1 input\" costs MXNet only bookkeeping, and its GB/s are "
              "nominal. libmxkv copies. The target is the fraction of memcpy. The same holds for a "
              "single row_sparse value (MXNet's time there is its engine's bookkeeping, "
-             "≈ 7–9 µs).")
+             "≈ 7–9 µs); there libmxkv adopts the value's parts without a copy when nothing "
+             "else holds them, freezing them so that later writes by the caller still do not "
+             "reach the store, and its time is the check of the row indices.")
     L.append("")
     nas = [(d["figure"], d["variant"], d["lib"], d["note"]) for d in data
            if d["status"] == "na"]

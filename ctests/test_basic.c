@@ -1021,6 +1021,29 @@ static void test_sparse(const char *type) {
   CHECK_OK(MXKVStorePush(kv, 2, (int[]){7, 7}, (NDArrayHandle[]){a, b}, 0));
   CHECK_OK(MXKVStorePull(kv, 1, &k, &dense, 0));
   CHECK_F32(dense, 8, 1, 1, 5, 5, 1, 1, 0, 0);
+  /* one row_sparse value pushed (no updater): the store adopts its rows
+     without a copy, yet nothing the caller does with the value afterwards
+     reaches them (libmxkv keeps copy semantics; MXNet aliases) */
+  NDArrayHandle g = make_rsp(4, 2, i12, 2, d12), gd = NULL;
+  CHECK_OK(MXKVStorePush(kv, 1, &k, &g, 0));
+  CHECK_OK(MXKVStorePush(kv, 1, &k, &g, 0)); /* the same rows again */
+  CHECK_OK(MXKVStorePull(kv, 1, &k, &dense, 0));
+  CHECK_F32(dense, 8, 0, 0, 4, 4, 1, 1, 0, 0);
+  const float nines[4] = {9, 9, 9, 9};
+  CHECK_OK(MXNDArrayGetDataNDArray(g, &gd));
+  CHECK_OK(MXNDArraySyncCopyFromCPU(gd, nines, 4));
+  check_rsp(g, 2, i12, nines, 2); /* the caller's array changed */
+  CHECK_OK(MXKVStorePull(kv, 1, &k, &dense, 0));
+  CHECK_F32(dense, 8, 0, 0, 4, 4, 1, 1, 0, 0); /* the store's did not */
+  CHECK_OK(MXKVStorePush(kv, 1, &k, &g, 0));  /* pushed again: now it does */
+  CHECK_OK(MXNDArraySyncCopyFromCPU(gd, ones, 4));
+  CHECK_OK(MXKVStorePull(kv, 1, &k, &dense, 0));
+  CHECK_F32(dense, 8, 0, 0, 9, 9, 9, 9, 0, 0);
+  CHECK_OK(MXNDArrayFree(gd));
+  CHECK_OK(MXKVStorePush(kv, 1, &k, &g, 0));
+  CHECK_OK(MXNDArrayFree(g)); /* the store keeps the rows it adopted */
+  CHECK_OK(MXKVStorePull(kv, 1, &k, &dense, 0));
+  CHECK_F32(dense, 8, 0, 0, 1, 1, 1, 1, 0, 0);
   /* a dense key pushed with one row_sparse value (no updater): assigned */
   int kd = 8;
   CHECK_OK(MXKVStoreInit(kv, 1, &kd, &dense));

@@ -533,7 +533,7 @@ fn aux_type(handle: NDArrayHandle, i: usize, out_type: *mut c_int) -> Result<()>
 
 fn aux_ndarray(handle: NDArrayHandle, i: usize, out: *mut NDArrayHandle) -> Result<()> {
     let a = ndarray(handle, "handle")?;
-    let parts = a.parts()?;
+    let parts = a.private_parts()?;
     let aux = parts.aux.get(i).ok_or_else(|| {
         Error::new(format!(
             "aux index {i} out of range: the array has {} aux arrays",
@@ -622,7 +622,7 @@ pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
     api_call("MXNDArrayGetDataNDArray", || {
         let a = ndarray(handle, "handle")?;
         let data = if a.is_sparse() {
-            a.parts()?.data
+            a.private_parts()?.data
         } else {
             a.ensure_dense("get the data of")?;
             a

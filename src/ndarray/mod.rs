@@ -221,6 +221,10 @@ struct Inner {
     /// Sparse storage: the data and aux arrays, replaced as a whole when the
     /// number of stored rows changes.
     parts: Option<RwLock<sparse::Parts>>,
+    /// Set on the parts of a row_sparse value a store adopted without a
+    /// copy: from then on they are never written in place (see
+    /// `sparse::share_row_sparse`).
+    frozen: std::sync::atomic::AtomicBool,
 }
 
 /// A shared handle to one array. Cloning shares the storage.
@@ -322,6 +326,7 @@ impl NDArray {
                 stype,
                 data: RwLock::new(buf),
                 parts: parts.map(RwLock::new),
+                frozen: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }

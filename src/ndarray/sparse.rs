@@ -159,9 +159,51 @@ impl NDArray {
             .map(|p| std::mem::replace(&mut *p.write(), parts))
     }
 
+    /// How many values refer to the array.
+    fn holders(&self) -> usize {
+        std::sync::Arc::strong_count(&self.inner)
+    }
+
     /// Nothing but this value refers to the array.
     fn is_unique(&self) -> bool {
-        std::sync::Arc::strong_count(&self.inner) == 1
+        self.holders() == 1
+    }
+
+    fn is_frozen(&self) -> bool {
+        self.inner.frozen.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_frozen(&self, frozen: bool) {
+        self.inner
+            .frozen
+            .store(frozen, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The parts, made private to this array first where they are frozen
+    /// and shared (a store adopted them): for handing out handles on them,
+    /// through which the caller may write in place.
+    pub fn private_parts(&self) -> Result<Parts> {
+        let Some(lock) = &self.inner.parts else {
+            return self.parts();
+        };
+        let mut g = lock.write();
+        let unshare = |a: &NDArray| -> Result<NDArray> {
+            if !a.is_frozen() {
+                return Ok(a.clone());
+            }
+            if a.holders() == 1 {
+                // Only this array holds it any more: it can be written again.
+                a.set_frozen(false);
+                return Ok(a.clone());
+            }
+            let c = NDArray::zeros_for_rows(a.shape().clone(), a.dtype(), a.ctx())?;
+            c.copy_from(a)?;
+            Ok(c)
+        };
+        let data = unshare(&g.data)?;
+        let aux = g.aux.iter().map(unshare).collect::<Result<Vec<_>>>()?;
+        *g = Parts { data, aux };
+        Ok(g.clone())
     }
 
     /// The dtype of aux array `i`.
@@ -351,7 +393,11 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
                 (StorageType::RowSparse, StorageType::RowSparse) => {
             let p = src.parts()?;
             let d = dst.parts()?;
-            if d.data.shape() == p.data.shape() && d.aux[0].shape() == p.aux[0].shape() {
+            let writable = !d.data.is_frozen() && !d.aux[0].is_frozen();
+            if writable
+                && d.data.shape() == p.data.shape()
+                && d.aux[0].shape() == p.aux[0].shape()
+            {
                 // Same number of rows: overwrite the parts in place.
                 d.data.copy_from(&p.data)?;
                 return d.aux[0].copy_from(&p.aux[0]);
@@ -502,6 +548,42 @@ pub fn assign_row_sparse(src: &NDArray, dst: &NDArray, spare: &mut Spare) -> Res
     Ok(())
 }
 
+/// Makes the row_sparse `dst` hold `src`'s rows by adopting `src`'s parts
+/// instead of copying them (what MXNet's store does with a single pushed
+/// value), when nothing but `src` holds those parts and shape and dtype
+/// agree. Adopted parts are frozen: no operation writes them in place any
+/// more (writers replace parts; handing out a handle on one first gives the
+/// array its own copy), so `dst` keeps exactly the pushed rows whatever the
+/// caller does with `src` later: copy semantics without the copy. Returns
+/// false, doing nothing, when the parts cannot be adopted.
+pub fn share_row_sparse(src: &NDArray, dst: &NDArray, spare: &mut Spare) -> Result<bool> {
+    let fits = src.stype() == StorageType::RowSparse
+        && dst.stype() == StorageType::RowSparse
+        && src.shape() == dst.shape()
+        && src.dtype() == dst.dtype();
+    if !fits {
+        return Ok(false);
+    }
+    let p = src.parts()?;
+    if p.aux.len() != 1 {
+        return Ok(false);
+    }
+    let cur = dst.parts()?;
+    if cur.data.same(&p.data) && cur.aux[0].same(&p.aux[0]) && p.data.is_frozen() {
+        // Adopted before and frozen since: `dst` already holds these rows.
+        return Ok(true);
+    }
+    drop(cur);
+    // Held by `src` and by `p` only: no handle, no other array, no reader.
+    if p.data.holders() != 2 || p.aux[0].holders() != 2 {
+        return Ok(false);
+    }
+    p.data.set_frozen(true);
+    p.aux[0].set_frozen(true);
+    spare.publish(dst, p);
+    Ok(true)
+}
+
 /// The sorted union of the (sorted, unique) row indices of `parts`, merged
 /// list by list.
 fn union_of(parts: &[Parts]) -> Vec<i64> {
@@ -586,6 +668,9 @@ impl Spare {
                 && p.data.ctx() == ctx
                 && p.aux.len() == 1;
             if fits && p.data.is_unique() && p.aux[0].is_unique() {
+                // Nobody else holds them: writable again, even if frozen.
+                p.data.set_frozen(false);
+                p.aux[0].set_frozen(false);
                 return Ok(p);
             }
         }
@@ -642,7 +727,10 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
     // steady state of repeated pulls): no allocation, no page faults.
     let old = out.parts()?;
     let shape = rows_shape(ids.len(), out.shape());
-    let reuse = old.data.shape() == &shape && old.aux[0].size() == ids.len();
+    let reuse = old.data.shape() == &shape
+        && old.aux[0].size() == ids.len()
+        && !old.data.is_frozen()
+        && !old.aux[0].is_frozen();
     let data = if reuse {
         old.data.clone()
     } else {
@@ -771,6 +859,52 @@ mod tests {
         assert_eq!(stored.rsp_indices().unwrap(), vec![3]);
         assert_eq!(dense_of(&stored)[6..8], [0.5, 1.5]);
         assert!(assign_row_sparse(&rsp(5, &[0], &[1., 1.]), &stored, &mut spare).is_err());
+    }
+
+    #[test]
+    fn adopted_parts_are_never_written_in_place() {
+        let stored = rsp(5, &[0], &[7., 7.]);
+        let mut spare = Spare::default();
+        let v = rsp(5, &[1, 3], &[1., 2., 3., 4.]);
+        assert!(share_row_sparse(&v, &stored, &mut spare).unwrap());
+        assert!(stored.parts().unwrap().data.same(&v.parts().unwrap().data));
+        let want = vec![0., 0., 1., 2., 0., 0., 3., 4., 0., 0.];
+        assert_eq!(dense_of(&stored), want);
+        // Adopting the same (frozen) parts again is a no-op.
+        assert!(share_row_sparse(&v, &stored, &mut spare).unwrap());
+        // A handle on the caller's data gets a private copy: writes through
+        // it reach the caller's array, not the store.
+        let d = v.private_parts().unwrap().data;
+        d.copy_from_bytes(bytemuck::cast_slice(&[9f32; 4])).unwrap();
+        assert_eq!(dense_of(&v)[2..4], [9., 9.]);
+        assert_eq!(dense_of(&stored), want);
+        // Now `v` holds other parts: adopting them again is allowed... but
+        // not while a handle (`d`) holds them.
+        assert!(!share_row_sparse(&v, &stored, &mut spare).unwrap());
+        drop(d);
+        assert!(share_row_sparse(&v, &stored, &mut spare).unwrap());
+        assert_eq!(dense_of(&stored)[2..4], [9., 9.]);
+        // Pulling into an array whose parts are adopted replaces them.
+        let w = rsp(5, &[2, 4], &[5., 5., 6., 6.]);
+        let other = rsp(5, &[2, 4], &[0., 0., 0., 0.]);
+        assert!(share_row_sparse(&other, &stored, &mut spare).unwrap());
+        retain_rows(&w, &[2, 4], &other).unwrap();
+        assert_eq!(dense_of(&other)[4..6], [5., 5.]);
+        assert_eq!(dense_of(&stored), vec![0.; 10]);
+        // copy_any into it too.
+        copy_any(&w, &other).unwrap();
+        assert_eq!(dense_of(&stored), vec![0.; 10]);
+        // Another dtype or shape: not adopted.
+        assert!(!share_row_sparse(&rsp(6, &[0], &[1., 1.]), &stored, &mut spare).unwrap());
+        // Once the store lets go, the caller's parts are thawed, not copied.
+        let (v2, stored2, mut spare2) =
+            (rsp(5, &[0], &[1., 1.]), rsp(5, &[], &[]), Spare::default());
+        assert!(share_row_sparse(&v2, &stored2, &mut spare2).unwrap());
+        let before = v2.parts().unwrap().data.addr();
+        drop((stored2, spare2));
+        let p = v2.private_parts().unwrap();
+        assert_eq!(p.data.addr(), before);
+        assert!(!p.data.is_frozen());
     }
 
     #[test]

@@ -12,8 +12,8 @@ use crate::error::Result;
 use crate::ndarray::dtype::DType;
 use crate::ndarray::kernels::SumOrder;
 use crate::ndarray::sparse::{
-    assign_row_sparse, retain_rows, row_ids as row_ids_of, sum_row_sparse, sum_row_sparse_into,
-    Spare,
+    assign_row_sparse, retain_rows, row_ids as row_ids_of, share_row_sparse, sum_row_sparse,
+    sum_row_sparse_into, Spare,
 };
 use crate::ndarray::{
     copy_to_many, sum_into, sum_into_and_copy, Context, NDArray, Shape, StorageType,
@@ -659,7 +659,12 @@ impl LocalStore {
             return Ok(());
         }
         if stored.stype() == StorageType::RowSparse && merged.stype() == StorageType::RowSparse {
-            return self.with_spare(entry, |spare| assign_row_sparse(merged, &stored, spare));
+            return self.with_spare(entry, |spare| {
+                if share_row_sparse(merged, &stored, spare)? {
+                    return Ok(());
+                }
+                assign_row_sparse(merged, &stored, spare)
+            });
         }
         if stored.stype() == merged.stype() {
             return stored.copy_from(merged);
