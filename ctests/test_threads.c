@@ -19,6 +19,8 @@
  *   F  a store freed while seven threads push and pull on it.
  *   G  updaters that pull *other* keys while other threads update those keys
  *      (must not deadlock); MXKV_TEST_CROSS_PUSH=1 also pushes to them.
+ *   H  row_sparse values adopted by the store without a copy while their
+ *      owners overwrite and free them: pulls see whole pushed values only.
  *
  * MXKV_TEST_ITERS sets the iterations (default 400 per thread and phase);
  * MXKV_TEST_PHASES=ABC… runs only those phases; MXKV_TEST_VERBOSE=1 prints
@@ -852,6 +854,80 @@ static void run_phase_g(void) {
   CHECK_OK(MXKVStoreFree(g_cross_kv));
 }
 
+/* ------------------------------------------------------------ phase H */
+
+/* row_sparse values the store adopts without a copy while their owners
+   rewrite them: every thread pushes fresh values of its own (rows t and
+   t + NT, every element i + 1) to one key, at once overwrites each through a
+   data handle with -1 (and frees every other one), and pulls the key: what it
+   reads is always one whole pushed value, never -1, never torn. */
+#define H_COLS 16
+#define H_ROWS (2 * NT)
+static KVStoreHandle g_h_kv;
+
+static void check_h_value(NDArrayHandle dense) {
+  float v[H_ROWS * H_COLS];
+  read_f32(dense, v, H_ROWS * H_COLS);
+  int first = -1;
+  for (int r = 0; r < H_ROWS; r++) {
+    float x = v[r * H_COLS];
+    for (int c = 0; c < H_COLS; c++) CHECK(v[r * H_COLS + c] == x); /* rows whole */
+    CHECK(x >= 0);                                                    /* never poisoned */
+    if (x > 0 && first < 0) first = r;
+  }
+  if (first < 0) return; /* nothing pushed yet */
+  CHECK(first < NT);
+  for (int r = 0; r < H_ROWS; r++) {
+    float want = (r == first || r == first + NT) ? v[first * H_COLS] : 0;
+    CHECK(v[r * H_COLS] == want); /* the two rows of one value, nothing else */
+  }
+}
+
+static void *phase_h_thread(void *arg) {
+  targ *a = arg;
+  int t = a->t, key = 0;
+  const int64_t ids[2] = {t, t + NT};
+  uint32_t shape[2] = {H_ROWS, H_COLS};
+  NDArrayHandle dense = make_f32_shape(shape, 2, NULL);
+  float v[2 * H_COLS], poison[2 * H_COLS];
+  fill(poison, 2 * H_COLS, -1);
+  start_together();
+  for (int i = 0; i < g_iters; i++) {
+    fill(v, 2 * H_COLS, (float)(i + 1));
+    NDArrayHandle val = make_rsp(H_ROWS, H_COLS, ids, 2, v), d = NULL;
+    CHECK_OK(MXKVStorePush(g_h_kv, 1, &key, &val, 0));
+    CHECK_OK(MXNDArrayGetDataNDArray(val, &d));
+    CHECK_OK(MXNDArraySyncCopyFromCPU(d, poison, 2 * H_COLS));
+    CHECK_OK(MXNDArrayFree(d));
+    if (i % 2) CHECK_OK(MXNDArrayFree(val));
+    CHECK_OK(MXKVStorePull(g_h_kv, 1, &key, &dense, 0));
+    check_h_value(dense);
+    if (!(i % 2)) CHECK_OK(MXNDArrayFree(val));
+  }
+  CHECK_OK(MXNDArrayFree(dense));
+  return NULL;
+}
+
+static void run_phase_h(void) {
+  CHECK_OK(MXKVStoreCreate("local", &g_h_kv));
+  NDArrayHandle empty = make_rsp(H_ROWS, H_COLS, NULL, 0, NULL);
+  int key = 0;
+  CHECK_OK(MXKVStoreInit(g_h_kv, 1, &key, &empty));
+  run_threads("H (row_sparse values adopted while rewritten)", phase_h_thread, NT, NULL);
+  uint32_t shape[2] = {H_ROWS, H_COLS};
+  NDArrayHandle dense = make_f32_shape(shape, 2, NULL);
+  CHECK_OK(MXKVStorePull(g_h_kv, 1, &key, &dense, 0));
+  check_h_value(dense);
+  float v[H_ROWS * H_COLS];
+  read_f32(dense, v, H_ROWS * H_COLS);
+  float last = 0;
+  for (int r = 0; r < H_ROWS; r++) last = v[r * H_COLS] > last ? v[r * H_COLS] : last;
+  CHECK(last == (float)g_iters); /* the last push of some thread */
+  CHECK_OK(MXNDArrayFree(dense));
+  CHECK_OK(MXNDArrayFree(empty));
+  CHECK_OK(MXKVStoreFree(g_h_kv));
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(void) {
@@ -866,7 +942,7 @@ int main(void) {
     void (*run)(void);
   } phases[] = {
       {"C", run_phase_c}, {"E", run_phase_e}, {"F", run_phase_f},
-      {"B", run_phase_b_both}, {"G", run_phase_g},
+      {"B", run_phase_b_both}, {"G", run_phase_g}, {"H", run_phase_h},
   };
   const char *only = getenv("MXKV_TEST_PHASES"); /* e.g. "ABD" */
 

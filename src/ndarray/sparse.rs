@@ -564,7 +564,13 @@ pub fn share_row_sparse(src: &NDArray, dst: &NDArray, spare: &mut Spare) -> Resu
     if !fits {
         return Ok(false);
     }
-    let p = src.parts()?;
+    let (Some(lock), false) = (&src.inner.parts, src.same(dst)) else {
+        return Ok(false);
+    };
+    // Held while checking and freezing: `private_parts` (the only way to a
+    // new handle on a part) cannot hand one out in between.
+    let g = lock.write();
+    let p = g.clone();
     if p.aux.len() != 1 {
         return Ok(false);
     }
@@ -580,6 +586,7 @@ pub fn share_row_sparse(src: &NDArray, dst: &NDArray, spare: &mut Spare) -> Resu
     }
     p.data.set_frozen(true);
     p.aux[0].set_frozen(true);
+    drop(g);
     spare.publish(dst, p);
     Ok(true)
 }
