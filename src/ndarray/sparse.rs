@@ -26,6 +26,13 @@ fn rows_shape(nnz: usize, shape: &Shape) -> Shape {
     Shape(d)
 }
 
+/// A copy of the data part `src` as `dtype` on `ctx`, in a row buffer.
+fn rows_copy(src: &NDArray, dtype: DType, ctx: Context) -> Result<NDArray> {
+    let c = NDArray::zeros_for_rows(src.shape().clone(), dtype, ctx)?;
+    c.copy_from(src)?;
+    Ok(c)
+}
+
 fn index_array(ctx: Context, idx: &[i64]) -> Result<NDArray> {
     NDArray::from_bytes(
         Shape(vec![idx.len() as i64]),
@@ -187,7 +194,8 @@ impl NDArray {
             return self.parts();
         };
         let mut g = lock.write();
-        let unshare = |a: &NDArray| -> Result<NDArray> {
+        // `copy` makes the private copy of a part still shared.
+        let unshare = |a: &NDArray, copy: &dyn Fn(&NDArray) -> Result<NDArray>| {
             if !a.is_frozen() {
                 return Ok(a.clone());
             }
@@ -196,12 +204,14 @@ impl NDArray {
                 a.set_frozen(false);
                 return Ok(a.clone());
             }
-            let c = NDArray::zeros_for_rows(a.shape().clone(), a.dtype(), a.ctx())?;
-            c.copy_from(a)?;
-            Ok(c)
+            copy(a)
         };
-        let data = unshare(&g.data)?;
-        let aux = g.aux.iter().map(unshare).collect::<Result<Vec<_>>>()?;
+        let data = unshare(&g.data, &|a| rows_copy(a, a.dtype(), a.ctx()))?;
+        let aux = g
+            .aux
+            .iter()
+            .map(|a| unshare(a, &|a| a.copy_to_ctx(a.ctx())))
+            .collect::<Result<Vec<_>>>()?;
         *g = Parts { data, aux };
         Ok(g.clone())
     }
@@ -248,11 +258,12 @@ impl NDArray {
             );
         }
         let copy = if i == -1 {
-            NDArray::zeros_for_rows(src.shape().clone(), slot.dtype(), self.ctx())?
+            rows_copy(src, slot.dtype(), self.ctx())?
         } else {
-            NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?
+            let c = NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?;
+            c.copy_from(src)?;
+            c
         };
-        copy.copy_from(src)?;
         *slot = copy;
         self.replace_parts(parts);
         Ok(())
@@ -358,8 +369,7 @@ impl NDArray {
 
     pub(super) fn sparse_copy_to_ctx(&self, ctx: Context) -> Result<NDArray> {
         let p = self.parts()?;
-        let data = NDArray::zeros_for_rows(p.data.shape().clone(), p.data.dtype(), ctx)?;
-        data.copy_from(&p.data)?;
+        let data = rows_copy(&p.data, p.data.dtype(), ctx)?;
         let aux = p
             .aux
             .iter()
@@ -402,8 +412,7 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
                 d.data.copy_from(&p.data)?;
                 return d.aux[0].copy_from(&p.aux[0]);
             }
-            let data = NDArray::zeros_for_rows(p.data.shape().clone(), dst.dtype(), dst.ctx())?;
-            data.copy_from(&p.data)?;
+            let data = rows_copy(&p.data, dst.dtype(), dst.ctx())?;
             let aux = vec![p.aux[0].copy_to_ctx(dst.ctx())?];
             dst.replace_parts(Parts { data, aux });
             Ok(())

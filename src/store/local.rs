@@ -129,7 +129,8 @@ fn check_value(v: &NDArray, what: &str) -> Result<()> {
 /// `ignore_sparse`).
 fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<bool> {
     match out.stype() {
-        StorageType::Default => {
+        StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
+        StorageType::Default | StorageType::RowSparse => {
             ensure!(
                 out.shape() == stored.shape(),
                 "operands shape mismatch from.shape = {} to.shape={}",
@@ -140,16 +141,6 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
         }
         StorageType::Undefined => {
             bail!("the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated")
-        }
-        StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
-        StorageType::RowSparse => {
-            ensure!(
-                out.shape() == stored.shape(),
-                "operands shape mismatch from.shape = {} to.shape={}",
-                stored.shape(),
-                out.shape()
-            );
-            Ok(true)
         }
         StorageType::Csr => {
             bail!("pull into a csr output is not supported (csr values cannot be stored)")
