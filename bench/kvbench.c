@@ -372,7 +372,10 @@ struct Fig {
   int (*run)(Lib *, St *, const Fig *, long iters);
   int (*check)(Lib *, St *, const Fig *); /* 0 ok, 1 wrong, -1 failed */
   bool sparse;
-  bool inline_fresh; /* also time the fresh-memory limit between the repetitions */
+  /* the machine limit of this figure, timed in turn with the libraries in each
+     repetition: lim_kind 0 memcpy, 1 k-input sum, 2 broadcast copy, 3 sum copied
+     to k outputs, 4 copy into fresh memory; on 1..lim_threads threads (0: none) */
+  int lim_kind, lim_k, lim_threads;
 };
 
 static Lib g_lib[2];
@@ -428,17 +431,18 @@ static void print_progress(const Fig *f, const char *lib, const char *status, do
     fprintf(stderr, "  %-8s %-22s %-6s %9.3f us/op\n", f->figure, f->variant, lib, med * 1e6);
 }
 
-/* Copies into fresh memory (the limit of an init), defined with the limits below. */
-typedef struct Held Held;
-static Held *held_new(void);
-static double fresh_ops(Held *h, const float *src, size_t n, int threads, long ops);
-static bool held_free(Held *h, const float *src, size_t n);
+/* A figure's limit kernel timed in turn with the libraries (defined with the limits
+   below): on a VM, memory bandwidth and the cost of memory never touched before
+   change from minute to minute with the neighbours' load and the hypervisor's
+   reclaim, so a limit is only comparable with what was measured beside it. */
+typedef struct Inline Inline;
+static Inline *inline_new(const Fig *f, const long *lib_iters);
+static void inline_rep(Inline *in, const Fig *f, int r);
+static void inline_finish(Inline *in, const Fig *f);
 
-/* Set up, warm up, calibrate, time A B A B ..., check, tear down. With
-   f->inline_fresh, the fresh-memory limit kernel (2 threads) takes a turn after
-   the libraries in every repetition, so that it meets the same state of the
-   machine's memory as they do (on a VM, the cost of memory never touched
-   before changes from minute to minute). */
+/* Set up, warm up, calibrate, time A B A B ..., check, tear down. With a
+   limit (f->lim_threads > 0), its kernel takes a turn after the libraries in
+   every repetition, on 1 .. lim_threads threads. */
 static void run_fig(const Fig *f) {
   if (!selected(f->figure)) return;
   St st[2];
@@ -490,22 +494,7 @@ static void run_fig(const Fig *f) {
     if (it > f->max_iters) it = f->max_iters;
     iters[l] = it;
   }
-  /* the inline limit: one warm-up op, then as many ops per repetition as the
-     library that does the most */
-  size_t fn = f->size / 4;
-  float *fsrc = NULL;
-  Held *held = NULL;
-  double *tf = NULL;
-  long fiters = 1;
-  if (f->inline_fresh) {
-    fsrc = xmalloc(f->size);
-    for (size_t i = 0; i < fn; i++) fsrc[i] = (float)(i % 1000);
-    held = held_new();
-    tf = calloc((size_t)f->reps, sizeof(double));
-    fresh_ops(held, fsrc, fn, 2, 1);
-    for (int l = 0; l < g_nlib; l++)
-      if (iters[l] > fiters) fiters = iters[l];
-  }
+  Inline *lim = f->lim_threads > 0 ? inline_new(f, iters) : NULL;
   /* timed repetitions, alternating the libraries */
   for (int r = 0; r < f->reps; r++) {
     for (int l = 0; l < g_nlib; l++) {
@@ -515,22 +504,9 @@ static void run_fig(const Fig *f) {
       t[l][r] = timed(&g_lib[l], &st[l], f, iters[l], &rc) / (double)iters[l];
       if (rc) status[l] = -1;
     }
-    if (held) {
-      pause_ms(2);
-      tf[r] = fresh_ops(held, fsrc, fn, 2, fiters) / (double)fiters;
-    }
+    if (lim) inline_rep(lim, f, r);
   }
-  if (held) {
-    double mn, mx, med = median_of(tf, f->reps, &mn, &mx);
-    bool ok = held_free(held, fsrc, fn);
-    csv_row("limit_fresh", "inline t=2", (double)f->size, "machine", "s", med, mn, mx, f->reps,
-            fiters, 2.0 * (double)f->size, ok ? "ok" : "FAIL",
-            "timed in turn with the libraries in each repetition of the init figure");
-    fprintf(stderr, "  %-8s %-22s %-6s %9.3f GB/s  (%.3g ms/op)\n", "limit", "fresh inline t=2",
-            "", 2.0 * (double)f->size / med / 1e9, med * 1e3);
-    free(tf);
-    free(fsrc);
-  }
+  if (lim) inline_finish(lim, f);
   /* check the values the store hands back */
   for (int l = 0; l < g_nlib; l++) {
     Lib *L = &g_lib[l];
@@ -1212,10 +1188,10 @@ static double limit_time(const Job *j, size_t n, int threads, int reps, double *
 /* The limit of an init: copying into memory never touched before (calloc'd
    per operation and kept until the measurement ends, as the keys of the init
    figure are), so every page is faulted in and zeroed by the kernel first. */
-struct Held {
+typedef struct Held {
   float **p;
   size_t n, cap;
-};
+} Held;
 
 static Held *held_new(void) {
   Held *h = calloc(1, sizeof *h);
@@ -1257,6 +1233,107 @@ static bool held_free(Held *h, const float *src, size_t n) {
   free(h->p);
   free(h);
   return ok;
+}
+
+static const char *const LIM_NAME[] = {"memcpy", "sum", "bcast", "sumcopy", "fresh"};
+
+struct Inline {
+  Job job;     /* kinds 0-3 */
+  Held *held;  /* kind 4 */
+  float *src;  /* kind 4: what is copied */
+  size_t n;
+  long iters[2];
+  double *t[2]; /* seconds per op of each repetition, on 1 and 2 threads */
+};
+
+static double inline_time(Inline *in, const Fig *f, int threads) {
+  long it = in->iters[threads - 1];
+  if (f->lim_kind == 4) return fresh_ops(in->held, in->src, in->n, threads, it) / (double)it;
+  double t0 = now();
+  for (long i = 0; i < it; i++) par_job(&in->job, in->n, threads);
+  return (now() - t0) / (double)it;
+}
+
+/* Buffers as in run_limits; one op on each thread count to warm up and calibrate.
+   Copies into fresh memory stay held, so they run as many ops as the library that
+   runs most (the init figure bounds that count). */
+static Inline *inline_new(const Fig *f, const long *lib_iters) {
+  Inline *in = calloc(1, sizeof *in);
+  if (!in) abort();
+  in->n = f->size / 4;
+  Job *j = &in->job;
+  j->kind = f->lim_kind;
+  j->k = f->lim_k;
+  j->blk = 16384; /* memcpy: 64 KB memcpy's, the faster way in run_limits */
+  int nsrc = f->lim_kind == 2 || f->lim_kind == 4 ? 1 : f->lim_k;
+  int ndst = f->lim_kind == 4 ? 0 : f->lim_kind == 3 ? f->lim_k + 1 : f->lim_kind == 2 ? f->lim_k : 1;
+  for (int i = 0; i < nsrc; i++) {
+    j->src[i] = xmalloc(f->size);
+    for (size_t e = 0; e < in->n; e++) j->src[i][e] = (float)(e % 1000);
+  }
+  for (int o = 0; o < ndst; o++) j->dst[o] = xmalloc(f->size);
+  if (f->lim_kind == 4) {
+    in->held = held_new();
+    in->src = j->src[0];
+  }
+  for (int th = 1; th <= f->lim_threads; th++) {
+    in->t[th - 1] = calloc((size_t)f->reps, sizeof(double));
+    in->iters[th - 1] = 1;
+    double dt = inline_time(in, f, th);
+    long it = (long)ceil(f->rep_time / (dt > 1e-9 ? dt : 1e-9));
+    if (f->lim_kind == 4) it = lib_iters[0] > lib_iters[1] ? lib_iters[0] : lib_iters[1];
+    in->iters[th - 1] = it < 1 ? 1 : it;
+  }
+  return in;
+}
+
+static void inline_rep(Inline *in, const Fig *f, int r) {
+  for (int th = 1; th <= f->lim_threads; th++) {
+    pause_ms(2);
+    in->t[th - 1][r] = inline_time(in, f, th);
+  }
+}
+
+/* One CSV row per thread count ("limit_<kernel>@inline-<size>"), checks, frees. */
+static void inline_finish(Inline *in, const Fig *f) {
+  Job *j = &in->job;
+  int k = f->lim_k;
+  bool ok = true;
+  if (f->lim_kind == 4) {
+    ok = held_free(in->held, in->src, in->n);
+  } else {
+    float want = f->lim_kind == 1 || f->lim_kind == 3 ? 999.0f * (float)k : 999.0f;
+    int last = f->lim_kind == 3 ? k : f->lim_kind == 2 ? k - 1 : 0;
+    for (int o = 0; o <= last; o++) ok = ok && in->n > 999 && j->dst[o][999] == want;
+    if (!ok) {
+      fprintf(stderr, "kvbench: limit kernel %s k=%d is wrong\n", LIM_NAME[f->lim_kind], k);
+      g_failed = 1;
+    }
+  }
+  double moved = (double)f->size * (f->lim_kind == 0 || f->lim_kind == 4 ? 2
+                                    : f->lim_kind == 3                  ? 2 * k
+                                                                        : k + 1);
+  char hs[32], fig[48], variant[32];
+  human_size(f->size, hs, sizeof hs);
+  snprintf(fig, sizeof fig, "limit_%s@inline-%s", LIM_NAME[f->lim_kind], hs);
+  for (int th = 1; th <= f->lim_threads; th++) {
+    if (f->lim_kind == 0 || f->lim_kind == 4)
+      snprintf(variant, sizeof variant, "t=%d", th);
+    else
+      snprintf(variant, sizeof variant, "%c=%d t=%d", f->lim_kind == 2 ? 'n' : 'k', k, th);
+    double mn, mx, med = median_of(in->t[th - 1], f->reps, &mn, &mx);
+    char note[128];
+    snprintf(note, sizeof note, "timed in turn with the libraries in %s %s", f->figure,
+             f->variant);
+    csv_row(fig, variant, (double)f->size, "machine", "s", med, mn, mx, f->reps,
+            in->iters[th - 1], moved, ok ? "ok" : "FAIL", note);
+    fprintf(stderr, "  %-8s %-22s %-6s %9.3f GB/s  (%.3g ms/op)\n", "limit",
+            fig + strlen("limit_"), variant, moved / med / 1e9, med * 1e3);
+    free(in->t[th - 1]);
+  }
+  for (int i = 0; i < MAXK; i++) free(j->src[i]);
+  for (int o = 0; o <= MAXK; o++) free(j->dst[o]);
+  free(in);
 }
 
 static void fresh_limit(float *src, size_t bytes, int reps, int pass) {
@@ -1478,7 +1555,7 @@ int main(int argc, char **argv) {
           /* fresh keys accumulate: keep at most ~512 MB of them per library */
           f.max_iters = (long)((512.0 * (1 << 20)) / (double)S / (f.reps + 3));
           if (f.max_iters < 1) f.max_iters = 1;
-          f.inline_fresh = si == nsizes - 1; /* 64 MB (the smoke run's one size) */
+
         } else if (strcmp(dense[d].fig, "pull") == 0) {
           snprintf(f.variant, sizeof f.variant, "n=%d %s", k, hs);
           f.bytes = (double)(k + 1) * (double)S;
@@ -1492,6 +1569,19 @@ int main(int argc, char **argv) {
         f.setup = dense[d].setup;
         f.run = dense[d].run;
         f.check = dense[d].check;
+        /* limits timed in turn: every figure at the largest size (64 MB; the smoke
+           run's one size), and the pulls at 256 KB (one thread, in cache) */
+        bool largest = si == nsizes - 1;
+        if (largest || (S == 262144 && strcmp(f.figure, "pull") == 0)) {
+          const char *fg = f.figure;
+          f.lim_k = k;
+          f.lim_kind = strcmp(fg, "init") == 0       ? 4
+                       : strcmp(fg, "pushpull") == 0 ? 3
+                       : k == 1                      ? 0
+                       : strcmp(fg, "pull") == 0     ? 2
+                                                     : 1;
+          f.lim_threads = largest ? 2 : 1;
+        }
         run_fig(&f);
       }
   }

@@ -220,14 +220,22 @@ def build(rows_c, rows_py):
         limit_rows.append((name, threads, gbps, r))
 
     def lim(kind, k, at=""):
-        # at: "" for the 64 MB limits, "@256KB" for the in-cache ones
-        where = " (256 KB, 1 thread)" if at else ""
+        # at: "" for the 64 MB limits, "@256KB" for the in-cache ones, "@inline-<size>"
+        # for the ones timed in turn with the libraries in a figure of that size
+        where = {"": "", "@256KB": " (256 KB, 1 thread)"}.get(at, " (timed in turn)")
+        if kind == "fresh":
+            return limits.get("fresh" + at), "copy into fresh memory" + where
         if kind == "memcpy" or k == 1:
             return limits.get("memcpy" + at), "memcpy" + where
         key = "%s%s %s=%d" % (kind, at, "n" if kind == "bcast" else "k", k)
         label = {"sum": "%d-input sum" % k, "bcast": "broadcast copy to %d" % k,
                  "sumcopy": "%d-input sum copied to %d outputs" % (k, k)}[kind]
         return limits.get(key), label + where
+
+    def lim_turn(kind, k, size, at=""):
+        # the limit timed in turn with the figure when the run has it, else lim(at)
+        v, label = lim(kind, k, "@inline-" + human(size).replace(" ", ""))
+        return (v, label) if v is not None else lim(kind, k, at)
 
     out = []
     sizes = sorted({int(r["size_bytes"]) for r in data if r["figure"] == "push"})
@@ -238,7 +246,7 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim("sum", k) if big else (None, None)
+            limit, lname = lim_turn("sum", k, s) if big else (None, None)
             if k == 1:
                 target = {"frac": 0.7} if big else {}
                 note = "MXNet aliases the caller's array (no copy)"
@@ -255,8 +263,8 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim("bcast", n) if big else (
-                lim("bcast", n, "@256KB") if s == 262144 else (None, None))
+            limit, lname = lim_turn("bcast", n, s) if big else (
+                lim_turn("bcast", n, s, "@256KB") if s == 262144 else (None, None))
             target = {"frac": 0.9} if big else {"ratio": 1.5}
             out.append(Row("pull into %d output%s × %s" % (n, "s" if n > 1 else "", human(s)),
                            "GB/s", convert(a, "GB/s"), convert(b, "GB/s"), True, target, limit,
@@ -266,7 +274,7 @@ def build(rows_c, rows_py):
             a, b = pair("pushpull", "k=%d %s" % (k, human(s).replace(" ", "")))
             if a is None and b is None:
                 continue
-            limit, lname = lim("sumcopy", k) if s >= BIG else (None, None)
+            limit, lname = lim_turn("sumcopy", k, s) if s >= BIG else (None, None)
             out.append(Row("pushpull %d in / %d out × %s" % (k, k, human(s)), "GB/s",
                            convert(a, "GB/s"), convert(b, "GB/s"), True, {"ratio": 3}, limit,
                            lname))
@@ -274,11 +282,7 @@ def build(rows_c, rows_py):
         a, b = pair("init", human(s).replace(" ", ""))
         if a is None and b is None:
             continue
-        limit, lname = None, None
-        if s >= BIG:  # the limit timed in turn with the libraries, when there is one
-            limit, lname = ((limits["fresh inline"], "copy into fresh memory, timed in turn")
-                            if "fresh inline" in limits else
-                            (limits.get("fresh"), "copy into fresh memory"))
+        limit, lname = lim_turn("fresh", 1, s) if s >= BIG else (None, None)
         out.append(Row("init, fresh key × %s" % human(s), "GB/s", convert(a, "GB/s"),
                        convert(b, "GB/s"), True, {"ratio": 2}, limit, lname))
     for var, what in (("async", "N pairs, then WaitAll"),
@@ -412,40 +416,57 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         int(next((r[3]["size_bytes"] for r in limit_rows), 0))))
     L.append("")
     L.append("Each kernel is measured at the start and at the end of the C run; the better "
-             "median of the two is shown, and the best thread count is the limit.")
+             "median of the two is shown, and the best thread count is the limit. The figures "
+             "are held to the same kernels timed in turn with the libraries (next table) "
+             "where the run has them.")
     L.append("")
-    L.append("| kernel | bytes moved | 1 thread GB/s | 2 threads GB/s | limit used (best) |")
-    L.append("|---|---|---|---|---|")
-    byname = {}
-    for name, threads, gbps, _ in limit_rows:
-        d = byname.setdefault(name, {})
-        d[threads] = max(d.get(threads, 0.0), gbps)
-    for name, t in byname.items():
+
+    def kernel_desc(name):
         kernel, _, at = name.partition("@")
         at, _, rest = at.partition(" ")
         kernel = (kernel + " " + rest).strip()
-        moved = {"memcpy": "2S", "fresh": "2S", "fresh inline": "2S"}.get(kernel)
+        moved = {"memcpy": "2S", "fresh": "2S"}.get(kernel)
         if moved is None:
             k = int(kernel.split("=")[1])
             moved = "%dS" % (2 * k if kernel.startswith("sumcopy") else k + 1)
-        desc = {"memcpy": "memcpy", "fresh": "copy into fresh memory (calloc per op, held)",
-                "fresh inline": "copy into fresh memory, timed in turn with the libraries "
-                "in the init 64 MB figure (2 threads only)"}.get(
+        desc = {"memcpy": "memcpy", "fresh": "copy into fresh memory (calloc per op, held)"}.get(
             kernel, kernel.replace("sumcopy k=", "one-pass sum of k inputs, copied to k "
                                    "outputs, k=")
                           .replace("sum k=", "one-pass sum of k=")
                           .replace("bcast n=", "broadcast copy to n="))
-        if at:
+        if at.startswith("inline-"):
+            desc += " — %s" % at[len("inline-"):].replace("KB", " KB").replace("MB", " MB")
+        elif at:
             desc += " — %s, in cache" % at.replace("KB", " KB")
-        L.append("| %s | %s | %s | %s | %s |" % (desc, moved, fmt(t.get("1")), fmt(t.get("2")),
-                                                fmt(limits[name])))
-    L.append("")
+        return desc, moved
+
+    byname = {}
+    for name, threads, gbps, _ in limit_rows:
+        d = byname.setdefault(name, {})
+        d[threads] = max(d.get(threads, 0.0), gbps)
+    for title, turn in (("", False), ("Timed in turn with the libraries: in each repetition "
+                                      "of the figure of that size, after MXNet and libmxkv "
+                                      "(2 ms apart), for as long as a library's turn (copies "
+                                      "into fresh memory: as many as the library that ran "
+                                      "most)", True)):
+        if turn:
+            L.append(title)
+            L.append("")
+        L.append("| kernel | bytes moved | 1 thread GB/s | 2 threads GB/s | limit used (best) |")
+        L.append("|---|---|---|---|---|")
+        for name, t in byname.items():
+            if ("@inline-" in name) != turn:
+                continue
+            desc, moved = kernel_desc(name)
+            L.append("| %s | %s | %s | %s | %s |" % (desc, moved, fmt(t.get("1")),
+                                                    fmt(t.get("2")), fmt(limits[name])))
+        L.append("")
     L.append("## Results (medians; [min–max] over the repetitions)")
     L.append("")
     L.append("libmxkv/MXNet is the ratio of the figure in its own unit: for GB/s higher is "
              "better for libmxkv, for µs, ms, GiB and × lower is. \"/ limit\" is the figure's "
-             "GB/s over the machine limit named in the target (only at 64 MB, where the limits "
-             "were measured).")
+             "GB/s over the machine limit named in the target (at 64 MB, and for pulls at "
+             "256 KB), timed in turn with the figure where the run has it.")
     L.append("")
     L.append("| figure | MXNet 1.9.1 | libmxkv | libmxkv/MXNet | MXNet / limit | "
              "libmxkv / limit | target | result |")
@@ -532,9 +553,11 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "zeroes every page first: the limit of an init. On this VM that cost is set by the "
         "hypervisor more than by the guest: its balloon device reports freed guest memory to "
         "the host (virtio free page reporting), and the first touch of such memory costs a "
-        "host page fault, so the same 64 MB copy took 8 ms or 120 ms minutes apart. The init "
-        "64 MB figure is therefore held to the same kernel timed in turn with the two "
-        "libraries in each of its repetitions (\"timed in turn\"). At 256 KB memcpy and the broadcast "
+        "host page fault, so the same 64 MB copy took 8 ms or 120 ms minutes apart; memory bandwidth, shared "
+        "with other guests, moves too (the 2-input sum ran at 36 GB/s at the start of one "
+        "run and 21 GB/s at its end). So each figure at 64 MB, and each pull at 256 KB, is "
+        "held to its kernel timed in turn with the two libraries in each of its repetitions "
+        "(\"timed in turn\"), on 1 and 2 threads at 64 MB and 1 thread at 256 KB. At 256 KB memcpy and the broadcast "
         "copies are measured on one thread with the arrays in cache (starting a second "
         "thread costs more than such a copy), the limits of the pulls of that size.")
     L.append(
