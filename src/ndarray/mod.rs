@@ -117,7 +117,9 @@ pub struct Buffer {
 }
 
 enum Storage {
-    Heap(Vec<u64>),
+    /// Words from the allocator; the buffer starts at word `start`, the first
+    /// one aligned to [`Buffer::alignment`].
+    Heap { words: Vec<u64>, start: usize },
     /// An anonymous mapping with transparent huge pages requested.
     Mapped(memmap2::MmapMut),
 }
@@ -131,7 +133,22 @@ enum Storage {
 /// Dense values are streamed in order and keep small pages.
 const HUGE_ROWS_MIN: usize = 32 << 20;
 
+/// Buffers of at least this many bytes start on a page boundary, smaller ones
+/// on a 64-byte line. Copies between two buffers then keep the same offset in
+/// their pages: on the reference machine glibc's memcpy of 256 KB ran at 112 GB/s
+/// that way and at 72–92 GB/s when the destination's page offset was 48–700
+/// bytes past the source's (as malloc's 16-byte alignment leaves it at random).
+const PAGE_ALIGN_MIN: usize = 64 << 10;
+
 impl Buffer {
+    fn alignment(nbytes: usize) -> usize {
+        match nbytes {
+            0 => 8,
+            n if n >= PAGE_ALIGN_MIN => 4096,
+            _ => 64,
+        }
+    }
+
     pub fn zeroed(nbytes: usize) -> Result<Buffer> {
         Buffer::alloc(nbytes, false)
     }
@@ -153,8 +170,10 @@ impl Buffer {
             let _ = map.advise(memmap2::Advice::HugePage);
             Storage::Mapped(map)
         } else {
-            let nwords = nbytes.div_ceil(8);
-            Storage::Heap(if nbytes <= 1 << 34 {
+            // Room to move the start to the alignment (the allocator's own is 16).
+            let align_words = Buffer::alignment(nbytes) / 8;
+            let nwords = nbytes.div_ceil(8) + align_words - 1;
+            let words = if nbytes <= 1 << 34 {
                 // calloc: large buffers come as untouched zero pages, so no
                 // memset pass before the first real write.
                 vec![0u64; nwords]
@@ -166,7 +185,11 @@ impl Buffer {
                     .map_err(|_| oom(String::new()))?;
                 words.resize(nwords, 0u64);
                 words
-            })
+            };
+            let start = words.as_ptr().align_offset(align_words * 8);
+            // align_offset may decline (usize::MAX); a buffer is then just unaligned.
+            let start = if start < align_words { start } else { 0 };
+            Storage::Heap { words, start }
         };
         Ok(Buffer { storage, nbytes })
     }
@@ -181,14 +204,18 @@ impl Buffer {
 
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
-            Storage::Heap(w) => &bytemuck::cast_slice(w)[..self.nbytes],
+            Storage::Heap { words, start } => {
+                &bytemuck::cast_slice(&words[*start..])[..self.nbytes]
+            }
             Storage::Mapped(m) => &m[..],
         }
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.storage {
-            Storage::Heap(w) => &mut bytemuck::cast_slice_mut(w)[..self.nbytes],
+            Storage::Heap { words, start } => {
+                &mut bytemuck::cast_slice_mut(&mut words[*start..])[..self.nbytes]
+            }
             Storage::Mapped(m) => &mut m[..],
         }
     }
@@ -205,7 +232,7 @@ impl Buffer {
     /// array's lifetime: buffers are never reallocated.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         match &mut self.storage {
-            Storage::Heap(w) => w.as_mut_ptr().cast(),
+            Storage::Heap { words, start } => words[*start..].as_mut_ptr().cast(),
             Storage::Mapped(m) => m.as_mut_ptr(),
         }
     }
@@ -294,7 +321,10 @@ impl NDArray {
             Context::CPU0,
             StorageType::Undefined,
             Buffer {
-                storage: Storage::Heap(Vec::new()),
+                storage: Storage::Heap {
+                    words: Vec::new(),
+                    start: 0,
+                },
                 nbytes: 0,
             },
         )
@@ -680,6 +710,25 @@ mod tests {
         );
         assert!(sum_into_and_copy(&ins, &out, &[&c], order).unwrap());
         assert_eq!((f32s(&out), f32s(&c)), (vec![4.0; 2], vec![4.0; 2]));
+    }
+
+    #[test]
+    fn heap_buffers_start_aligned_and_zeroed() {
+        for (n, align) in [
+            (0, 8),
+            (1, 64),
+            (4096, 64),
+            (PAGE_ALIGN_MIN, 4096),
+            (1 << 20, 4096),
+        ] {
+            // several at once, so that not every one is the allocator's first
+            let mut bufs: Vec<Buffer> = (0..4).map(|_| Buffer::zeroed(n).unwrap()).collect();
+            for b in &mut bufs {
+                assert_eq!(b.as_mut_ptr() as usize % align, 0, "{n} bytes");
+                assert_eq!(b.bytes().len(), n);
+                assert!(b.bytes().iter().all(|&x| x == 0));
+            }
+        }
     }
 
     #[test]
