@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/types.h>
@@ -220,7 +221,8 @@ static double median_of(const double *v, int n, double *mn, double *mx) {
 
 static void *xmalloc(size_t n) {
   void *p = NULL;
-  if (posix_memalign(&p, 64, n ? n : 64) != 0) {
+  /* page-aligned from 64 KB, like libmxkv's buffers: copies keep their page offset */
+  if (posix_memalign(&p, n >= 65536 ? 4096 : 64, n ? n : 64) != 0) {
     fprintf(stderr, "kvbench: out of memory (%zu bytes)\n", n);
     _exit(2);
   }
@@ -1189,18 +1191,21 @@ static double limit_time(const Job *j, size_t n, int threads, int reps, double *
    per operation and kept until the measurement ends, as the keys of the init
    figure are), so every page is faulted in and zeroed by the kernel first. */
 typedef struct Held {
+  bool huge; /* mmap'd with MADV_HUGEPAGE (2 MB pages) instead of calloc'd */
   float **p;
-  size_t n, cap;
+  size_t n, cap, bytes;
 } Held;
 
-static Held *held_new(void) {
+static Held *held_new(bool huge) {
   Held *h = calloc(1, sizeof *h);
   if (!h) abort();
+  h->huge = huge;
   return h;
 }
 
 /* ops copies of src into fresh memory, held; returns the seconds they took. */
 static double fresh_ops(Held *h, const float *src, size_t n, int threads, long ops) {
+  h->bytes = n * 4;
   double t0 = now();
   for (long i = 0; i < ops; i++) {
     if (h->n == h->cap) {
@@ -1208,8 +1213,15 @@ static double fresh_ops(Held *h, const float *src, size_t n, int threads, long o
       h->p = realloc(h->p, h->cap * sizeof *h->p);
       if (!h->p) abort();
     }
-    float *d = calloc(n, 4);
-    if (!d) abort();
+    float *d;
+    if (h->huge) {
+      d = mmap(NULL, h->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (d == MAP_FAILED) abort();
+      madvise(d, h->bytes, MADV_HUGEPAGE); /* advice only, as in libmxkv */
+    } else {
+      d = calloc(n, 4);
+      if (!d) abort();
+    }
     h->p[h->n++] = d;
     Job j;
     memset(&j, 0, sizeof j);
@@ -1229,7 +1241,12 @@ static bool held_free(Held *h, const float *src, size_t n) {
     fprintf(stderr, "kvbench: limit kernel fresh copy is wrong\n");
     g_failed = 1;
   }
-  for (size_t i = 0; i < h->n; i++) free(h->p[i]);
+  for (size_t i = 0; i < h->n; i++) {
+    if (h->huge)
+      munmap(h->p[i], h->bytes);
+    else
+      free(h->p[i]);
+  }
   free(h->p);
   free(h);
   return ok;
@@ -1237,20 +1254,24 @@ static bool held_free(Held *h, const float *src, size_t n) {
 
 static const char *const LIM_NAME[] = {"memcpy", "sum", "bcast", "sumcopy", "fresh"};
 
+/* Copy into fresh memory has two variants: small pages (calloc) and 2 MB pages. */
+#define LIM_VARIANTS(kind) ((kind) == 4 ? 2 : 1)
+
 struct Inline {
-  Job job;     /* kinds 0-3 */
-  Held *held;  /* kind 4 */
-  float *src;  /* kind 4: what is copied */
+  Job job;      /* kinds 0-3 */
+  Held *held[2]; /* kind 4, per variant */
+  float *src;   /* kind 4: what is copied */
   size_t n;
-  long iters[2];
-  double *t[2]; /* seconds per op of each repetition, on 1 and 2 threads */
+  long iters[4];
+  double *t[4]; /* seconds per op of each repetition, [variant * 2 + threads - 1] */
 };
 
-static double inline_time(Inline *in, const Fig *f, int threads) {
-  long it = in->iters[threads - 1];
-  if (f->lim_kind == 4) return fresh_ops(in->held, in->src, in->n, threads, it) / (double)it;
+static double inline_time(Inline *in, const Fig *f, int var, int threads) {
+  int i = var * 2 + threads - 1;
+  long it = in->iters[i];
+  if (f->lim_kind == 4) return fresh_ops(in->held[var], in->src, in->n, threads, it) / (double)it;
   double t0 = now();
-  for (long i = 0; i < it; i++) par_job(&in->job, in->n, threads);
+  for (long k = 0; k < it; k++) par_job(&in->job, in->n, threads);
   return (now() - t0) / (double)it;
 }
 
@@ -1273,25 +1294,28 @@ static Inline *inline_new(const Fig *f, const long *lib_iters) {
   }
   for (int o = 0; o < ndst; o++) j->dst[o] = xmalloc(f->size);
   if (f->lim_kind == 4) {
-    in->held = held_new();
+    for (int v = 0; v < 2; v++) in->held[v] = held_new(v == 1);
     in->src = j->src[0];
   }
-  for (int th = 1; th <= f->lim_threads; th++) {
-    in->t[th - 1] = calloc((size_t)f->reps, sizeof(double));
-    in->iters[th - 1] = 1;
-    double dt = inline_time(in, f, th);
-    long it = (long)ceil(f->rep_time / (dt > 1e-9 ? dt : 1e-9));
-    if (f->lim_kind == 4) it = lib_iters[0] > lib_iters[1] ? lib_iters[0] : lib_iters[1];
-    in->iters[th - 1] = it < 1 ? 1 : it;
-  }
+  for (int v = 0; v < LIM_VARIANTS(f->lim_kind); v++)
+    for (int th = 1; th <= f->lim_threads; th++) {
+      int i = v * 2 + th - 1;
+      in->t[i] = calloc((size_t)f->reps, sizeof(double));
+      in->iters[i] = 1;
+      double dt = inline_time(in, f, v, th);
+      long it = (long)ceil(f->rep_time / (dt > 1e-9 ? dt : 1e-9));
+      if (f->lim_kind == 4) it = lib_iters[0] > lib_iters[1] ? lib_iters[0] : lib_iters[1];
+      in->iters[i] = it < 1 ? 1 : it;
+    }
   return in;
 }
 
 static void inline_rep(Inline *in, const Fig *f, int r) {
-  for (int th = 1; th <= f->lim_threads; th++) {
-    pause_ms(2);
-    in->t[th - 1][r] = inline_time(in, f, th);
-  }
+  for (int v = 0; v < LIM_VARIANTS(f->lim_kind); v++)
+    for (int th = 1; th <= f->lim_threads; th++) {
+      pause_ms(2);
+      in->t[v * 2 + th - 1][r] = inline_time(in, f, v, th);
+    }
 }
 
 /* One CSV row per thread count ("limit_<kernel>@inline-<size>"), checks, frees. */
@@ -1300,7 +1324,7 @@ static void inline_finish(Inline *in, const Fig *f) {
   int k = f->lim_k;
   bool ok = true;
   if (f->lim_kind == 4) {
-    ok = held_free(in->held, in->src, in->n);
+    for (int v = 0; v < 2; v++) ok = held_free(in->held[v], in->src, in->n) && ok;
   } else {
     float want = f->lim_kind == 1 || f->lim_kind == 3 ? 999.0f * (float)k : 999.0f;
     int last = f->lim_kind == 3 ? k : f->lim_kind == 2 ? k - 1 : 0;
@@ -1316,20 +1340,22 @@ static void inline_finish(Inline *in, const Fig *f) {
   char hs[32], fig[48], variant[32];
   human_size(f->size, hs, sizeof hs);
   snprintf(fig, sizeof fig, "limit_%s@inline-%s", LIM_NAME[f->lim_kind], hs);
-  for (int th = 1; th <= f->lim_threads; th++) {
+  for (int i = 0; i < 4; i++) {
+    if (!in->t[i]) continue;
+    int th = i % 2 + 1;
     if (f->lim_kind == 0 || f->lim_kind == 4)
-      snprintf(variant, sizeof variant, "t=%d", th);
+      snprintf(variant, sizeof variant, "%st=%d", i >= 2 ? "huge " : "", th);
     else
       snprintf(variant, sizeof variant, "%c=%d t=%d", f->lim_kind == 2 ? 'n' : 'k', k, th);
-    double mn, mx, med = median_of(in->t[th - 1], f->reps, &mn, &mx);
+    double mn, mx, med = median_of(in->t[i], f->reps, &mn, &mx);
     char note[128];
     snprintf(note, sizeof note, "timed in turn with the libraries in %s %s", f->figure,
              f->variant);
-    csv_row(fig, variant, (double)f->size, "machine", "s", med, mn, mx, f->reps,
-            in->iters[th - 1], moved, ok ? "ok" : "FAIL", note);
+    csv_row(fig, variant, (double)f->size, "machine", "s", med, mn, mx, f->reps, in->iters[i],
+            moved, ok ? "ok" : "FAIL", note);
     fprintf(stderr, "  %-8s %-22s %-6s %9.3f GB/s  (%.3g ms/op)\n", "limit",
             fig + strlen("limit_"), variant, moved / med / 1e9, med * 1e3);
-    free(in->t[th - 1]);
+    free(in->t[i]);
   }
   for (int i = 0; i < MAXK; i++) free(j->src[i]);
   for (int o = 0; o <= MAXK; o++) free(j->dst[o]);
@@ -1338,9 +1364,11 @@ static void inline_finish(Inline *in, const Fig *f) {
 
 static void fresh_limit(float *src, size_t bytes, int reps, int pass) {
   size_t n = bytes / 4;
-  for (int threads = 1; threads <= 2; threads++) {
+  for (int v = 0; v < 4; v++) {
+    int threads = v % 2 + 1;
+    bool huge = v >= 2;
     double *t = calloc((size_t)reps, sizeof(double));
-    Held *h = held_new();
+    Held *h = held_new(huge);
     double dt = fresh_ops(h, src, n, threads, 1); /* warm-up and calibration */
     long iters = (long)ceil((g_smoke ? 0.002 : 0.05) / (dt > 1e-9 ? dt : 1e-9));
     for (int r = 0; r < reps; r++) t[r] = fresh_ops(h, src, n, threads, iters) / (double)iters;
@@ -1348,9 +1376,9 @@ static void fresh_limit(float *src, size_t bytes, int reps, int pass) {
     held_free(h, src, n);
     free(t);
     char variant[32], note[96];
-    snprintf(variant, sizeof variant, "t=%d", threads);
-    snprintf(note, sizeof note, "pass %d (%s of the run); calloc per op, held to the end", pass,
-             pass == 1 ? "start" : "end");
+    snprintf(variant, sizeof variant, "%st=%d", huge ? "huge " : "", threads);
+    snprintf(note, sizeof note, "pass %d (%s of the run); %s per op, held to the end", pass,
+             pass == 1 ? "start" : "end", huge ? "mmap + MADV_HUGEPAGE" : "calloc");
     csv_row("limit_fresh", variant, (double)bytes, "machine", "s", med, mn, mx, reps, iters,
             2.0 * (double)bytes, "ok", note);
     fprintf(stderr, "  %-18s %-12s %9.3f GB/s\n", "limit_fresh", variant, 2.0 * (double)bytes / med / 1e9);

@@ -223,8 +223,11 @@ def build(rows_c, rows_py):
         # at: "" for the 64 MB limits, "@256KB" for the in-cache ones, "@inline-<size>"
         # for the ones timed in turn with the libraries in a figure of that size
         where = {"": "", "@256KB": " (256 KB, 1 thread)"}.get(at, " (timed in turn)")
-        if kind == "fresh":
-            return limits.get("fresh" + at), "copy into fresh memory" + where
+        if kind == "fresh":  # the better of small pages and 2 MB pages
+            small, huge = limits.get("fresh" + at), limits.get("fresh" + at + " huge")
+            if huge is not None and (small is None or huge > small):
+                return huge, "copy into fresh memory, 2 MB pages" + where
+            return small, "copy into fresh memory" + where
         if kind == "memcpy" or k == 1:
             return limits.get("memcpy" + at), "memcpy" + where
         key = "%s%s %s=%d" % (kind, at, "n" if kind == "bcast" else "k", k)
@@ -425,11 +428,13 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         kernel, _, at = name.partition("@")
         at, _, rest = at.partition(" ")
         kernel = (kernel + " " + rest).strip()
-        moved = {"memcpy": "2S", "fresh": "2S"}.get(kernel)
+        moved = {"memcpy": "2S", "fresh": "2S", "fresh huge": "2S"}.get(kernel)
         if moved is None:
             k = int(kernel.split("=")[1])
             moved = "%dS" % (2 * k if kernel.startswith("sumcopy") else k + 1)
-        desc = {"memcpy": "memcpy", "fresh": "copy into fresh memory (calloc per op, held)"}.get(
+        desc = {"memcpy": "memcpy", "fresh": "copy into fresh memory (calloc per op, held)",
+                "fresh huge": "copy into fresh memory, 2 MB pages (mmap + MADV_HUGEPAGE per "
+                "op, held)"}.get(
             kernel, kernel.replace("sumcopy k=", "one-pass sum of k inputs, copied to k "
                                    "outputs, k=")
                           .replace("sum k=", "one-pass sum of k=")
@@ -548,9 +553,10 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "outputs (the work of a pushpull: k inputs read, the stored value and k outputs "
         "written, counted as 2k·S like the figure) sums each 16 KB block and memcpy's it to "
         "the outputs while in cache. The copy into fresh "
-        "memory callocs a new 64 MB destination per operation and keeps it until the "
+        "memory callocs a new 64 MB destination per operation (or maps it with 2 MB pages "
+        "requested, as libmxkv does for arrays of 32 MiB or more) and keeps it until the "
         "measurement ends (as the init figure keeps its keys), so the kernel faults in and "
-        "zeroes every page first: the limit of an init. On this VM that cost is set by the "
+        "zeroes every page first: the limit of an init is the better of the two. On this VM that cost is set by the "
         "hypervisor more than by the guest: its balloon device reports freed guest memory to "
         "the host (virtio free page reporting), and the first touch of such memory costs a "
         "host page fault, so the same 64 MB copy took 8 ms or 120 ms minutes apart; memory bandwidth, shared "

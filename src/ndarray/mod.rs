@@ -124,14 +124,14 @@ enum Storage {
     Mapped(memmap2::MmapMut),
 }
 
-/// Row-addressed buffers (row_sparse data: embedding tables) of at least
-/// this many bytes are mapped with transparent huge pages requested. Rows
-/// are read at random, one page each, so lookups are bound by TLB misses:
-/// with 2 MB pages a pull of 100,000 rows of a 1,000,000 x 64 float32 table
-/// took 3.6 ms instead of 6.5 ms on the reference machine. First touch costs
-/// more there (the table's init 356 ms instead of 109 ms), once per table.
-/// Dense values are streamed in order and keep small pages.
-const HUGE_ROWS_MIN: usize = 32 << 20;
+/// Buffers of at least this many bytes are mapped with transparent huge pages
+/// requested. Row lookups into a large row_sparse table are bound by TLB
+/// misses: with 2 MB pages a pull of 100,000 rows of a 1,000,000 x 64 float32
+/// table took 3.6 ms instead of 6.5 ms on the reference machine. And a fresh
+/// array's first touch costs one fault per 2 MB instead of per 4 KB: an init of
+/// 64 MB there took 80 ms instead of 101 ms (calloc'd, 2 threads) when the VM's
+/// memory had been handed back to the host, and 8 ms instead of 18 ms when not.
+const HUGE_MIN: usize = 32 << 20;
 
 /// Buffers of at least this many bytes start on a page boundary, smaller ones
 /// on a 64-byte line. Copies between two buffers then keep the same offset in
@@ -150,21 +150,12 @@ impl Buffer {
     }
 
     pub fn zeroed(nbytes: usize) -> Result<Buffer> {
-        Buffer::alloc(nbytes, false)
-    }
-
-    /// A buffer for an array read row by row at random (see [`HUGE_ROWS_MIN`]).
-    pub fn zeroed_for_rows(nbytes: usize) -> Result<Buffer> {
-        Buffer::alloc(nbytes, nbytes >= HUGE_ROWS_MIN)
-    }
-
-    fn alloc(nbytes: usize, huge: bool) -> Result<Buffer> {
         ensure!(
             nbytes <= MAX_BYTES,
             "array of {nbytes} bytes is larger than this library allocates ({MAX_BYTES})"
         );
         let oom = |e: String| Error::new(format!("out of memory allocating {nbytes} bytes{e}"));
-        let storage = if huge {
+        let storage = if nbytes >= HUGE_MIN {
             let map = memmap2::MmapMut::map_anon(nbytes).map_err(|e| oom(format!(": {e}")))?;
             // Only advice: where huge pages are unavailable, small pages serve.
             let _ = map.advise(memmap2::Advice::HugePage);
@@ -275,20 +266,6 @@ impl fmt::Debug for NDArray {
 impl NDArray {
     /// A dense array of zeros.
     pub fn zeros(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
-        NDArray::zeros_paged(shape, dtype, ctx, Buffer::zeroed)
-    }
-
-    /// [`NDArray::zeros`] for row_sparse data (see [`Buffer::zeroed_for_rows`]).
-    pub(crate) fn zeros_for_rows(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
-        NDArray::zeros_paged(shape, dtype, ctx, Buffer::zeroed_for_rows)
-    }
-
-    fn zeros_paged(
-        shape: Shape,
-        dtype: DType,
-        ctx: Context,
-        alloc: fn(usize) -> Result<Buffer>,
-    ) -> Result<NDArray> {
         for &d in shape.dims() {
             ensure!(d >= 0, "negative dimension {d} in shape {shape}");
         }
@@ -302,7 +279,7 @@ impl NDArray {
             dtype,
             ctx,
             StorageType::Default,
-            alloc(nbytes)?,
+            Buffer::zeroed(nbytes)?,
         ))
     }
 
@@ -732,13 +709,9 @@ mod tests {
     }
 
     #[test]
-    fn large_row_buffers_are_mapped_zeroed_and_writable() {
-        let n = HUGE_ROWS_MIN + 12;
-        for (b, mapped) in [
-            (Buffer::zeroed_for_rows(n).unwrap(), true),
-            (Buffer::zeroed_for_rows(1000).unwrap(), false),
-            (Buffer::zeroed(n).unwrap(), false),
-        ] {
+    fn large_buffers_are_mapped_zeroed_and_writable() {
+        for (n, mapped) in [(HUGE_MIN + 12, true), (HUGE_MIN - 8, false), (1000, false)] {
+            let b = Buffer::zeroed(n).unwrap();
             let mut b = b;
             assert_eq!(matches!(b.storage, Storage::Mapped(_)), mapped);
             assert_eq!(b.len(), b.bytes().len());
@@ -747,8 +720,7 @@ mod tests {
             b.bytes_mut()[last] = 7;
             assert_eq!(b.typed::<u8>()[last], 7);
         }
-        let rows =
-            NDArray::zeros_for_rows(Shape(vec![1 << 17, 64]), DType::F32, Context::CPU0).unwrap();
+        let rows = NDArray::zeros(Shape(vec![1 << 17, 64]), DType::F32, Context::CPU0).unwrap();
         let copy = rows.copy_to_ctx(Context::CPU0).unwrap();
         assert_eq!(copy.read().len(), (1 << 17) * 64 * 4);
     }

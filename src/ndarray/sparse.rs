@@ -28,7 +28,7 @@ fn rows_shape(nnz: usize, shape: &Shape) -> Shape {
 
 /// A copy of the data part `src` as `dtype` on `ctx`, in a row buffer.
 fn rows_copy(src: &NDArray, dtype: DType, ctx: Context) -> Result<NDArray> {
-    let c = NDArray::zeros_for_rows(src.shape().clone(), dtype, ctx)?;
+    let c = NDArray::zeros(src.shape().clone(), dtype, ctx)?;
     c.copy_from(src)?;
     Ok(c)
 }
@@ -101,7 +101,7 @@ impl NDArray {
                 t.code()
             );
         }
-        let data = NDArray::zeros_for_rows(data_shape, dtype, ctx)?;
+        let data = NDArray::zeros(data_shape, dtype, ctx)?;
         let aux = aux_shapes
             .iter()
             .map(|s| NDArray::zeros(s.clone(), DType::I64, ctx))
@@ -433,7 +433,7 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
                         .collect()
                 })
             };
-            let data = NDArray::zeros_for_rows(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
+            let data = NDArray::zeros(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
             {
                 let (ssz, dsz) = (src.dtype().size(), dst.dtype().size());
                 let s = src.read();
@@ -512,7 +512,7 @@ pub fn sum_row_sparse(
         .map(|v| v.parts())
         .collect::<Result<Vec<_>>>()?;
     let union = union_of(&parts);
-    let data = NDArray::zeros_for_rows(rows_shape(union.len(), shape), dtype, ctx)?;
+    let data = NDArray::zeros(rows_shape(union.len(), shape), dtype, ctx)?;
     accumulate(&parts, &union, &data)?;
     NDArray::row_sparse(shape.clone(), ctx, data, &union)
 }
@@ -692,7 +692,7 @@ impl Spare {
         }
         let nnz = data_shape.dims()[0];
         Ok(Parts {
-            data: NDArray::zeros_for_rows(data_shape.clone(), dtype, ctx)?,
+            data: NDArray::zeros(data_shape.clone(), dtype, ctx)?,
             aux: vec![NDArray::zeros(Shape(vec![nnz]), DType::I64, ctx)?],
         })
     }
@@ -750,7 +750,7 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
     let data = if reuse {
         old.data.clone()
     } else {
-        NDArray::zeros_for_rows(shape, out.dtype(), out.ctx())?
+        NDArray::zeros(shape, out.dtype(), out.ctx())?
     };
     {
         let idx = p.aux[0].read();
