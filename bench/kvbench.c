@@ -1143,18 +1143,67 @@ static void *job_run(void *arg) {
   return NULL;
 }
 
+/* Helper threads that stay (as a library's pool does): each waits on a condition
+   variable for its next job, so a 2-thread op costs one wake-up, not a thread
+   start. */
+#define MAXT 8
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  int started;      /* helper threads running */
+  long round;       /* incremented for every posted op */
+  int pending;      /* helpers still busy with this round */
+  Job jobs[MAXT];
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static void *pool_main(void *arg) {
+  int t = (int)(intptr_t)arg;
+  long seen = 0;
+  pthread_mutex_lock(&g_pool.mu);
+  for (;;) {
+    while (g_pool.round == seen) pthread_cond_wait(&g_pool.go, &g_pool.mu);
+    seen = g_pool.round;
+    Job j = g_pool.jobs[t];
+    pthread_mutex_unlock(&g_pool.mu);
+    if (j.hi > j.lo) job_run(&j);
+    pthread_mutex_lock(&g_pool.mu);
+    if (--g_pool.pending == 0) pthread_cond_signal(&g_pool.done);
+  }
+  return NULL;
+}
+
 static void par_job(const Job *proto, size_t n, int threads) {
-  Job jobs[8];
-  pthread_t tid[8];
   size_t chunk = (n / (size_t)threads + 1023) & ~(size_t)1023;
+  Job jobs[MAXT];
   for (int t = 0; t < threads; t++) {
     jobs[t] = *proto;
     jobs[t].lo = (size_t)t * chunk < n ? (size_t)t * chunk : n;
     jobs[t].hi = (size_t)(t + 1) * chunk < n ? (size_t)(t + 1) * chunk : n;
-    if (t > 0) pthread_create(&tid[t], NULL, job_run, &jobs[t]);
+  }
+  if (threads > 1) {
+    pthread_mutex_lock(&g_pool.mu);
+    while (g_pool.started < threads - 1) {
+      pthread_t tid;
+      if (pthread_create(&tid, NULL, pool_main, (void *)(intptr_t)(g_pool.started + 1)) != 0)
+        abort();
+      pthread_detach(tid);
+      g_pool.started++;
+    }
+    for (int t = 1; t < MAXT; t++) {
+      g_pool.jobs[t] = t < threads ? jobs[t] : *proto;
+      if (t >= threads) g_pool.jobs[t].lo = g_pool.jobs[t].hi = 0; /* idle this round */
+    }
+    g_pool.pending = g_pool.started;
+    g_pool.round++;
+    pthread_cond_broadcast(&g_pool.go);
+    pthread_mutex_unlock(&g_pool.mu);
   }
   job_run(&jobs[0]);
-  for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
+  if (threads > 1) {
+    pthread_mutex_lock(&g_pool.mu);
+    while (g_pool.pending > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
+    pthread_mutex_unlock(&g_pool.mu);
+  }
 }
 
 /* Median seconds per operation of one limit kernel (warm-up, calibration, reps). */
@@ -1598,9 +1647,11 @@ int main(int argc, char **argv) {
         f.run = dense[d].run;
         f.check = dense[d].check;
         /* limits timed in turn: every figure at the largest size (64 MB; the smoke
-           run's one size), and the pulls at 256 KB (one thread, in cache) */
+           run's one size), all but init at 4 MB, and the pulls at 256 KB (one
+           thread, in cache) */
         bool largest = si == nsizes - 1;
-        if (largest || (S == 262144 && strcmp(f.figure, "pull") == 0)) {
+        bool mid = !g_smoke && S == 4194304 && strcmp(f.figure, "init") != 0;
+        if (largest || mid || (S == 262144 && strcmp(f.figure, "pull") == 0)) {
           const char *fg = f.figure;
           f.lim_k = k;
           f.lim_kind = strcmp(fg, "init") == 0       ? 4
@@ -1608,7 +1659,7 @@ int main(int argc, char **argv) {
                        : k == 1                      ? 0
                        : strcmp(fg, "pull") == 0     ? 2
                                                      : 1;
-          f.lim_threads = largest ? 2 : 1;
+          f.lim_threads = S == 262144 ? 1 : 2;
         }
         run_fig(&f);
       }

@@ -235,10 +235,14 @@ def build(rows_c, rows_py):
                  "sumcopy": "%d-input sum copied to %d outputs" % (k, k)}[kind]
         return limits.get(key), label + where
 
-    def lim_turn(kind, k, size, at=""):
-        # the limit timed in turn with the figure when the run has it, else lim(at)
+    def lim_turn(kind, k, size):
+        # the limit timed in turn with the figure when the run has it, else the one
+        # measured at the start and end of the run at that size (64 MB, 256 KB), if any
         v, label = lim(kind, k, "@inline-" + human(size).replace(" ", ""))
-        return (v, label) if v is not None else lim(kind, k, at)
+        if v is not None:
+            return v, label
+        at = {BIG: "", 262144: "@256KB"}.get(size)
+        return lim(kind, k, at) if at is not None else (None, None)
 
     out = []
     sizes = sorted({int(r["size_bytes"]) for r in data if r["figure"] == "push"})
@@ -249,7 +253,7 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim_turn("sum", k, s) if big else (None, None)
+            limit, lname = lim_turn("sum", k, s)
             if k == 1:
                 target = {"frac": 0.7} if big else {}
                 note = "MXNet aliases the caller's array (no copy)"
@@ -266,8 +270,7 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim_turn("bcast", n, s) if big else (
-                lim_turn("bcast", n, s, "@256KB") if s == 262144 else (None, None))
+            limit, lname = lim_turn("bcast", n, s)
             target = {"frac": 0.9} if big else {"ratio": 1.5}
             out.append(Row("pull into %d output%s × %s" % (n, "s" if n > 1 else "", human(s)),
                            "GB/s", convert(a, "GB/s"), convert(b, "GB/s"), True, target, limit,
@@ -277,7 +280,7 @@ def build(rows_c, rows_py):
             a, b = pair("pushpull", "k=%d %s" % (k, human(s).replace(" ", "")))
             if a is None and b is None:
                 continue
-            limit, lname = lim_turn("sumcopy", k, s) if s >= BIG else (None, None)
+            limit, lname = lim_turn("sumcopy", k, s)
             out.append(Row("pushpull %d in / %d out × %s" % (k, k, human(s)), "GB/s",
                            convert(a, "GB/s"), convert(b, "GB/s"), True, {"ratio": 3}, limit,
                            lname))
@@ -285,7 +288,7 @@ def build(rows_c, rows_py):
         a, b = pair("init", human(s).replace(" ", ""))
         if a is None and b is None:
             continue
-        limit, lname = lim_turn("fresh", 1, s) if s >= BIG else (None, None)
+        limit, lname = lim_turn("fresh", 1, s)
         out.append(Row("init, fresh key × %s" % human(s), "GB/s", convert(a, "GB/s"),
                        convert(b, "GB/s"), True, {"ratio": 2}, limit, lname))
     for var, what in (("async", "N pairs, then WaitAll"),
@@ -470,7 +473,7 @@ def markdown(rows, limits, limit_rows, meta, data, args):
     L.append("")
     L.append("libmxkv/MXNet is the ratio of the figure in its own unit: for GB/s higher is "
              "better for libmxkv, for µs, ms, GiB and × lower is. \"/ limit\" is the figure's "
-             "GB/s over the machine limit named in the target (at 64 MB, and for pulls at "
+             "GB/s over the figure's machine limit (at 64 MB and 4 MB, and for pulls at "
              "256 KB), timed in turn with the figure where the run has it.")
     L.append("")
     L.append("| figure | MXNet 1.9.1 | libmxkv | libmxkv/MXNet | MXNet / limit | "
@@ -561,9 +564,9 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "the host (virtio free page reporting), and the first touch of such memory costs a "
         "host page fault, so the same 64 MB copy took 8 ms or 120 ms minutes apart; memory bandwidth, shared "
         "with other guests, moves too (the 2-input sum ran at 36 GB/s at the start of one "
-        "run and 21 GB/s at its end). So each figure at 64 MB, and each pull at 256 KB, is "
+        "run and 21 GB/s at its end). So each figure at 64 MB, each but init at 4 MB, and each pull at 256 KB is "
         "held to its kernel timed in turn with the two libraries in each of its repetitions "
-        "(\"timed in turn\"), on 1 and 2 threads at 64 MB and 1 thread at 256 KB. At 256 KB memcpy and the broadcast "
+        "(\"timed in turn\"), on 1 and 2 threads at 64 MB and 4 MB and 1 thread at 256 KB. At 256 KB memcpy and the broadcast "
         "copies are measured on one thread with the arrays in cache (starting a second "
         "thread costs more than such a copy), the limits of the pulls of that size.")
     L.append(
