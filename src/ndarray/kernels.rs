@@ -64,7 +64,10 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
 /// block is written to all outputs while it is in cache.
 pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / sdt.size();
-    let parallel = n * outs.len() >= 1 << 19;
+    // As in copy_bytes: under 4 MB of copies, the calling thread alone (a
+    // hand-off to rayon and back costs more here, and at times far more: a
+    // broadcast of 256 KB to 8 outputs took 43-144 us split, 43-57 us not).
+    let parallel = src.len() * outs.len() >= 4 << 20;
     const ELEMS: usize = 1 << 14;
     let blocks = n.div_ceil(ELEMS);
     // One task per block: the block of the source and of every output.
@@ -123,6 +126,13 @@ fn task_elems(streams: usize, size: usize) -> usize {
     ((1 << 20) / (streams * size).max(1)).clamp(BLOCK, TASK) / BLOCK * BLOCK
 }
 
+/// Whether a kernel moving `elems` elements of `size` bytes in each of
+/// `streams` arrays is split over threads: from 4 MiB of traffic, as copies
+/// are (below it the hand-off to rayon and back costs more than it saves).
+fn split(elems: usize, streams: usize, size: usize) -> bool {
+    elems.saturating_mul(streams * size) >= 4 << 20
+}
+
 /// Sums `inputs` (all of element type `dtype`, same length as `out`) into
 /// `out` in the given order. `inputs` must not be empty.
 pub fn sum_bytes(dtype: DType, inputs: &[&[u8]], out: &mut [u8], order: SumOrder) {
@@ -135,8 +145,9 @@ pub fn sum_bytes(dtype: DType, inputs: &[&[u8]], out: &mut [u8], order: SumOrder
 /// Typed form of [`sum_bytes`].
 pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
     assert!(!inputs.is_empty());
-    let task = task_elems(inputs.len() + 1, std::mem::size_of::<T>());
-    if out.len() > task {
+    let (streams, size) = (inputs.len() + 1, std::mem::size_of::<T>());
+    let task = task_elems(streams, size);
+    if out.len() > task && split(out.len(), streams, size) {
         out.par_chunks_mut(task)
             .enumerate()
             .for_each(|(i, o)| sum_range(inputs, i * task, o, order));
@@ -152,9 +163,9 @@ pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
 pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]], order: SumOrder) {
     assert!(!inputs.is_empty());
     type Task<'a, T> = (usize, &'a mut [T], Vec<&'a mut [T]>);
-    let chunk = task_elems(inputs.len() + 1 + copies.len(), std::mem::size_of::<T>())
-        .min(out.len())
-        .max(1);
+    let (streams, size) = (inputs.len() + 1 + copies.len(), std::mem::size_of::<T>());
+    let parallel = split(out.len(), streams, size);
+    let chunk = task_elems(streams, size).min(out.len()).max(1);
     let mut tasks: Vec<Task<'_, T>> = out
         .chunks_mut(chunk)
         .enumerate()
@@ -178,7 +189,7 @@ pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]]
             }
         }
     };
-    if tasks.len() > 1 {
+    if tasks.len() > 1 && parallel {
         tasks.par_iter_mut().for_each(run);
     } else {
         tasks.iter_mut().for_each(run);
@@ -286,6 +297,7 @@ mod tests {
     #[test]
     fn parallel_sum_equals_serial() {
         let n = PAR_MIN * 3 + 17;
+        assert!(split(n, 8, 4), "the test must reach the parallel path");
         let ins: Vec<Vec<f32>> = (0..7)
             .map(|k| {
                 (0..n)
@@ -311,6 +323,10 @@ mod tests {
 
     #[test]
     fn sum_copy_equals_sum_then_copy() {
+        assert!(
+            split(PAR_MIN * 2 + 9, 6 + 1 + 2, 4),
+            "the test must reach the parallel path"
+        );
         for n in [0, 5, BLOCK + 3, PAR_MIN * 2 + 9] {
             let ins: Vec<Vec<f32>> = (0..6)
                 .map(|k| {
