@@ -602,6 +602,14 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "(no copy), so MXNet's \"push 1 input\" is bookkeeping only (≈ 0.3–0.5 µs at any "
         "size); it is measured as MXNet does it, and only libmxkv's copy is held to a target.")
     L.append(
+        "- Freed memory is pooled by both libraries: MXNet's CPU storage keeps every freed "
+        "buffer for reuse by an array of the same rounded size (its default \"Naive\" "
+        "pool), libmxkv keeps freed mappings of 32 MiB or more, up to 1 GiB "
+        "(`MXKV_CPU_MEM_POOL_MB`). So an init at 64 MB after the earlier figures freed "
+        "their 64 MB arrays may copy into memory already touched rather than fresh "
+        "memory, and run above the fresh-memory limit (the limit of a copy into touched "
+        "memory is memcpy); each library's own pool decides how often.")
+    L.append(
         "- Multi-value push without updater: the entry becomes the key's merge buffer and "
         "the array made by Init is dropped, so after the RSS sequence MXNet holds a merge "
         "buffer and a copy buffer per key (2 × 16 × 64 MB), not three arrays per key.")

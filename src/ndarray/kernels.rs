@@ -119,6 +119,16 @@ pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
     }
 }
 
+/// Zeroes `dst`, split over threads from 4 MiB as copies are.
+pub fn zero_bytes(dst: &mut [u8]) {
+    const PAR_BYTES: usize = 1 << 20;
+    if dst.len() >= 4 * PAR_BYTES {
+        dst.par_chunks_mut(PAR_BYTES).for_each(|d| d.fill(0));
+    } else {
+        dst.fill(0);
+    }
+}
+
 /// Elements per parallel task of a kernel touching `streams` arrays of
 /// `size`-byte elements: about 1 MiB of traffic (rayon's hand-off costs tens
 /// of µs here, so smaller pieces do not pay), at most `TASK`, whole blocks.

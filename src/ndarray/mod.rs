@@ -6,6 +6,7 @@
 pub mod dtype;
 pub mod kernels;
 pub mod params;
+mod pool;
 pub mod sparse;
 
 use crate::error::{Error, Result};
@@ -149,17 +150,40 @@ impl Buffer {
         }
     }
 
+    /// A buffer of zeros.
     pub fn zeroed(nbytes: usize) -> Result<Buffer> {
+        Buffer::alloc(nbytes, true)
+    }
+
+    /// A buffer whose every byte the caller writes before anyone reads it: a
+    /// pooled mapping is then handed over without zeroing it first.
+    pub fn for_overwrite(nbytes: usize) -> Result<Buffer> {
+        Buffer::alloc(nbytes, false)
+    }
+
+    fn alloc(nbytes: usize, zero: bool) -> Result<Buffer> {
         ensure!(
             nbytes <= MAX_BYTES,
             "array of {nbytes} bytes is larger than this library allocates ({MAX_BYTES})"
         );
         let oom = |e: String| Error::new(format!("out of memory allocating {nbytes} bytes{e}"));
         let storage = if nbytes >= HUGE_MIN {
-            let map = memmap2::MmapMut::map_anon(nbytes).map_err(|e| oom(format!(": {e}")))?;
-            // Only advice: where huge pages are unavailable, small pages serve.
-            let _ = map.advise(memmap2::Advice::HugePage);
-            Storage::Mapped(map)
+            // Whole 2 MB pages, so that arrays of nearby sizes share pooled mappings.
+            let len = nbytes.next_multiple_of(2 << 20);
+            Storage::Mapped(match pool::take(len) {
+                Some(mut map) => {
+                    if zero {
+                        kernels::zero_bytes(&mut map[..nbytes]);
+                    }
+                    map
+                }
+                None => {
+                    let map = memmap2::MmapMut::map_anon(len).map_err(|e| oom(format!(": {e}")))?;
+                    // Only advice: where huge pages are unavailable, small pages serve.
+                    let _ = map.advise(memmap2::Advice::HugePage);
+                    map
+                }
+            })
         } else {
             // Room to move the start to the alignment (the allocator's own is 16).
             let align_words = Buffer::alignment(nbytes) / 8;
@@ -198,7 +222,7 @@ impl Buffer {
             Storage::Heap { words, start } => {
                 &bytemuck::cast_slice(&words[*start..])[..self.nbytes]
             }
-            Storage::Mapped(m) => &m[..],
+            Storage::Mapped(m) => &m[..self.nbytes],
         }
     }
 
@@ -207,7 +231,7 @@ impl Buffer {
             Storage::Heap { words, start } => {
                 &mut bytemuck::cast_slice_mut(&mut words[*start..])[..self.nbytes]
             }
-            Storage::Mapped(m) => &mut m[..],
+            Storage::Mapped(m) => &mut m[..self.nbytes],
         }
     }
 
@@ -225,6 +249,19 @@ impl Buffer {
         match &mut self.storage {
             Storage::Heap { words, start } => words[*start..].as_mut_ptr().cast(),
             Storage::Mapped(m) => m.as_mut_ptr(),
+        }
+    }
+}
+
+impl Drop for Buffer {
+    /// Mappings go back to the pool (see [`pool`]).
+    fn drop(&mut self) {
+        let empty = Storage::Heap {
+            words: Vec::new(),
+            start: 0,
+        };
+        if let Storage::Mapped(map) = std::mem::replace(&mut self.storage, empty) {
+            pool::give(map);
         }
     }
 }
@@ -385,7 +422,7 @@ impl NDArray {
         }
         self.ensure_dense("copy")?;
         let guard = self.read();
-        let mut buf = Buffer::zeroed(guard.len())?;
+        let mut buf = Buffer::for_overwrite(guard.len())?;
         kernels::copy_bytes(guard.bytes(), buf.bytes_mut());
         Ok(NDArray::from_parts(
             self.shape().clone(),
@@ -706,6 +743,36 @@ mod tests {
                 assert!(b.bytes().iter().all(|&x| x == 0));
             }
         }
+    }
+
+    #[test]
+    fn freed_mappings_are_reused_and_zeroed_again() {
+        // A size class (2 MB pages) no other test allocates.
+        let n = HUGE_MIN + (6 << 20) + 5;
+        let mut a = Buffer::zeroed(n).unwrap();
+        a.bytes_mut().fill(7);
+        let addr = a.as_mut_ptr() as usize;
+        let Some(before) = pool::held() else {
+            return; // MXKV_CPU_MEM_POOL_MB=0
+        };
+        drop(a);
+        assert!(
+            pool::held().unwrap() >= before + n,
+            "the mapping went back to the pool"
+        );
+        let mut b = Buffer::zeroed(n + 100).unwrap();
+        assert_eq!(
+            b.as_mut_ptr() as usize,
+            addr,
+            "the same mapping serves again"
+        );
+        assert_eq!(b.len(), n + 100);
+        assert!(b.bytes().iter().all(|&x| x == 0));
+        b.bytes_mut().fill(9);
+        drop(b);
+        let mut c = Buffer::for_overwrite(n).unwrap();
+        assert_eq!(c.as_mut_ptr() as usize, addr);
+        assert_eq!(c.bytes().len(), n);
     }
 
     #[test]
