@@ -1622,7 +1622,7 @@ int main(int argc, char **argv) {
         size_t S = sizes[si];
         int k = dense[d].ks[ki];
         bool large = S >= 67108864;
-        Fig f = mkfig(dense[d].fig, S, k, g_smoke ? 3 : large ? 5 : 9,
+        Fig f = mkfig(dense[d].fig, S, k, g_smoke ? 3 : large ? 9 : 11,
                       g_smoke ? 0.002 : large ? 0.05 : 0.04, 100000);
         char hs[32];
         human_size(S, hs, sizeof hs);
