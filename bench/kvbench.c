@@ -1341,7 +1341,10 @@ static Inline *inline_new(const Fig *f, const long *lib_iters) {
     j->src[i] = xmalloc(f->size);
     for (size_t e = 0; e < in->n; e++) j->src[i][e] = (float)(e % 1000);
   }
-  for (int o = 0; o < ndst; o++) j->dst[o] = xmalloc(f->size);
+  for (int o = 0; o < ndst; o++) {
+    j->dst[o] = xmalloc(f->size);
+    memset(j->dst[o], 0, f->size); /* faulted in now, not in the calibration op */
+  }
   if (f->lim_kind == 4) {
     for (int v = 0; v < 2; v++) in->held[v] = held_new(v == 1);
     in->src = j->src[0];
@@ -1386,9 +1389,10 @@ static void inline_finish(Inline *in, const Fig *f) {
   double moved = (double)f->size * (f->lim_kind == 0 || f->lim_kind == 4 ? 2
                                     : f->lim_kind == 3                  ? 2 * k
                                                                         : k + 1);
-  char hs[32], fig[48], variant[32];
+  char hs[32], fig[96], variant[32];
   human_size(f->size, hs, sizeof hs);
-  snprintf(fig, sizeof fig, "limit_%s@inline-%s", LIM_NAME[f->lim_kind], hs);
+  /* named by the figure too: push 1 and pull 1 both time memcpy */
+  snprintf(fig, sizeof fig, "limit_%s@inline-%s-%s", LIM_NAME[f->lim_kind], f->figure, hs);
   for (int i = 0; i < 4; i++) {
     if (!in->t[i]) continue;
     int th = i % 2 + 1;

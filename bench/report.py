@@ -235,13 +235,13 @@ def build(rows_c, rows_py):
                  "sumcopy": "%d-input sum copied to %d outputs" % (k, k)}[kind]
         return limits.get(key), label + where
 
-    def lim_turn(kind, k, size):
+    def lim_turn(kind, k, size, fig):
         # the limit timed in turn with the figure when the run has it, else the one
-        # measured at the start and end of the run at that size (64 MB, 256 KB), if any
-        v, label = lim(kind, k, "@inline-" + human(size).replace(" ", ""))
+        # measured at the start and end of the run at 64 MB (or, for pulls, 256 KB)
+        v, label = lim(kind, k, "@inline-%s-%s" % (fig, human(size).replace(" ", "")))
         if v is not None:
             return v, label
-        at = {BIG: "", 262144: "@256KB"}.get(size)
+        at = {BIG: "", 262144: "@256KB" if fig == "pull" else None}.get(size)
         return lim(kind, k, at) if at is not None else (None, None)
 
     out = []
@@ -253,7 +253,7 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim_turn("sum", k, s)
+            limit, lname = lim_turn("sum", k, s, "push")
             if k == 1:
                 target = {"frac": 0.7} if big else {}
                 note = "MXNet aliases the caller's array (no copy)"
@@ -270,7 +270,7 @@ def build(rows_c, rows_py):
             if a is None and b is None:
                 continue
             big = s >= BIG
-            limit, lname = lim_turn("bcast", n, s)
+            limit, lname = lim_turn("bcast", n, s, "pull")
             target = {"frac": 0.9} if big else {"ratio": 1.5}
             out.append(Row("pull into %d output%s × %s" % (n, "s" if n > 1 else "", human(s)),
                            "GB/s", convert(a, "GB/s"), convert(b, "GB/s"), True, target, limit,
@@ -280,7 +280,7 @@ def build(rows_c, rows_py):
             a, b = pair("pushpull", "k=%d %s" % (k, human(s).replace(" ", "")))
             if a is None and b is None:
                 continue
-            limit, lname = lim_turn("sumcopy", k, s)
+            limit, lname = lim_turn("sumcopy", k, s, "pushpull")
             out.append(Row("pushpull %d in / %d out × %s" % (k, k, human(s)), "GB/s",
                            convert(a, "GB/s"), convert(b, "GB/s"), True, {"ratio": 3}, limit,
                            lname))
@@ -288,7 +288,7 @@ def build(rows_c, rows_py):
         a, b = pair("init", human(s).replace(" ", ""))
         if a is None and b is None:
             continue
-        limit, lname = lim_turn("fresh", 1, s)
+        limit, lname = lim_turn("fresh", 1, s, "init")
         out.append(Row("init, fresh key × %s" % human(s), "GB/s", convert(a, "GB/s"),
                        convert(b, "GB/s"), True, {"ratio": 2}, limit, lname))
     for var, what in (("async", "N pairs, then WaitAll"),
@@ -442,8 +442,9 @@ def markdown(rows, limits, limit_rows, meta, data, args):
                                    "outputs, k=")
                           .replace("sum k=", "one-pass sum of k=")
                           .replace("bcast n=", "broadcast copy to n="))
-        if at.startswith("inline-"):
-            desc += " — %s" % at[len("inline-"):].replace("KB", " KB").replace("MB", " MB")
+        if at.startswith("inline-"):  # inline-<figure>-<size>
+            fig, _, size = at[len("inline-"):].rpartition("-")
+            desc += " — beside %s × %s" % (fig, size.replace("KB", " KB").replace("MB", " MB"))
         elif at:
             desc += " — %s, in cache" % at.replace("KB", " KB")
         return desc, moved

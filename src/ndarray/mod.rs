@@ -111,7 +111,9 @@ impl fmt::Display for Shape {
 /// almost surely garbage, and allocation failure would abort the process.
 pub const MAX_BYTES: usize = 1 << 40;
 
-/// An 8-byte-aligned byte buffer, zero-initialised.
+/// An aligned byte buffer (see [`PAGE_ALIGN_MIN`], [`HUGE_MIN`]): zeroed when
+/// made by [`Buffer::zeroed`], to be overwritten whole when made by
+/// [`Buffer::for_overwrite`].
 pub struct Buffer {
     storage: Storage,
     nbytes: usize,
@@ -188,19 +190,10 @@ impl Buffer {
             // Room to move the start to the alignment (the allocator's own is 16).
             let align_words = Buffer::alignment(nbytes) / 8;
             let nwords = nbytes.div_ceil(8) + align_words - 1;
-            let words = if nbytes <= 1 << 34 {
-                // calloc: large buffers come as untouched zero pages, so no
-                // memset pass before the first real write.
-                vec![0u64; nwords]
-            } else {
-                // Beyond 16 GiB, ask first so that failure is an error, not an abort.
-                let mut words = Vec::new();
-                words
-                    .try_reserve_exact(nwords)
-                    .map_err(|_| oom(String::new()))?;
-                words.resize(nwords, 0u64);
-                words
-            };
+            // calloc: large buffers come as untouched zero pages, so no memset
+            // pass before the first real write (and under HUGE_MIN bytes, a
+            // failure here is not a realistic concern).
+            let words = vec![0u64; nwords];
             let start = words.as_ptr().align_offset(align_words * 8);
             // align_offset may decline (usize::MAX); a buffer is then just unaligned.
             let start = if start < align_words { start } else { 0 };
@@ -753,7 +746,7 @@ mod tests {
         a.bytes_mut().fill(7);
         let addr = a.as_mut_ptr() as usize;
         let Some(before) = pool::held() else {
-            return; // MXKV_CPU_MEM_POOL_MB=0
+            return; // MXKV_CPU_MEM_POOL_MB set below 256
         };
         drop(a);
         assert!(
