@@ -1185,6 +1185,45 @@ static void test_node_api(void) {
   CHECK(r == 0);
 }
 
+/* Arrays of 32 MiB or more live in mappings that are pooled once freed: a new
+   array never shows what a freed one held, and Init, which copies into a pooled
+   mapping without zeroing it first, keeps every byte of the value. */
+static void test_large_arrays_reuse_memory(void) {
+  enum { N = 10 * 1024 * 1024 }; /* 40 MiB of float32 */
+  uint32_t shape[1] = {N};
+  float *buf = malloc((size_t)N * sizeof(float)), *got = malloc((size_t)N * sizeof(float));
+  CHECK(buf && got);
+  KVStoreHandle kv = new_store("local");
+  for (int round = 0; round < 2; round++) {
+    NDArrayHandle a = NULL, b = NULL, val = NULL, out = NULL;
+    CHECK_OK(MXNDArrayCreateEx(shape, 1, DEV_CPU, 0, 0, DT_F32, &a));
+    for (size_t i = 0; i < N; i++) buf[i] = 7.0f;
+    CHECK_OK(MXNDArraySyncCopyFromCPU(a, buf, N));
+    CHECK_OK(MXNDArrayFree(a));
+    CHECK_OK(MXNDArrayCreateEx(shape, 1, DEV_CPU, 0, 0, DT_F32, &b));
+    CHECK_OK(MXNDArraySyncCopyToCPU(b, got, N));
+    for (size_t i = 0; i < N; i++) CHECK(got[i] == 0.0f);
+    CHECK_OK(MXNDArrayCreateEx(shape, 1, DEV_CPU, 0, 0, DT_F32, &val));
+    for (size_t i = 0; i < N; i++) buf[i] = 9.0f;
+    CHECK_OK(MXNDArraySyncCopyFromCPU(b, buf, N));
+    for (size_t i = 0; i < N; i++) buf[i] = (float)(i % 1013) + (float)round;
+    CHECK_OK(MXNDArraySyncCopyFromCPU(val, buf, N));
+    /* b's mapping, 9s in it, is the free one Init's stored copy gets next */
+    CHECK_OK(MXNDArrayFree(b));
+    int key = round;
+    CHECK_OK(MXKVStoreInit(kv, 1, &key, &val));
+    CHECK_OK(MXNDArrayFree(val));
+    CHECK_OK(MXNDArrayCreateEx(shape, 1, DEV_CPU, 0, 0, DT_F32, &out));
+    CHECK_OK(MXKVStorePull(kv, 1, &key, &out, 0));
+    CHECK_OK(MXNDArraySyncCopyToCPU(out, got, N));
+    CHECK(memcmp(got, buf, (size_t)N * sizeof(float)) == 0);
+    CHECK_OK(MXNDArrayFree(out));
+  }
+  CHECK_OK(MXKVStoreFree(kv));
+  free(buf);
+  free(got);
+}
+
 int main(void) {
   /* Is*Node and dist checks read DMLC_* from the environment. */
   unsetenv("DMLC_ROLE");
@@ -1221,6 +1260,8 @@ int main(void) {
   test_compression();
   CHECK_LIVE(g_start);
   test_node_api();
+  CHECK_LIVE(g_start);
+  test_large_arrays_reuse_memory();
   CHECK_LIVE(g_start);
   CHECK_OK(MXNotifyShutdown());
   printf("test_basic: OK\n");
