@@ -64,10 +64,7 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
 /// block is written to all outputs while it is in cache.
 pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / sdt.size();
-    // As in copy_bytes: under 4 MB of copies, the calling thread alone (a
-    // hand-off to rayon and back costs more here, and at times far more: a
-    // broadcast of 256 KB to 8 outputs took 43-144 us split, 43-57 us not).
-    let parallel = src.len() * outs.len() >= 4 << 20;
+    let parallel = split(src.len() * outs.len());
     const ELEMS: usize = 1 << 14;
     let blocks = n.div_ceil(ELEMS);
     // One task per block: the block of the source and of every output.
@@ -98,19 +95,28 @@ pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) 
     }
 }
 
+/// Bytes per parallel task of a copy or fill.
+const PAR_BYTES: usize = 1 << 20;
+
+/// Whether work of `bytes` bytes is split over threads: from 4 MiB (below it
+/// the hand-off to rayon and back costs more here than it saves; a broadcast
+/// of 256 KB to 8 outputs took 43-144 us split, 43-57 us not).
+fn split(bytes: usize) -> bool {
+    bytes >= 4 << 20
+}
+
 /// `dst.copy_from_slice(src)`, in parallel for large buffers.
 pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
     // Large copies: 1 MiB tasks, each copied in 64 KiB pieces (regular
     // stores, which this kind of machine streams faster than glibc's
     // non-temporal path for big blocks).
-    const PAR_BYTES: usize = 1 << 20;
     const PIECE: usize = 1 << 16;
     let copy = |d: &mut [u8], s: &[u8]| {
         for (d, s) in d.chunks_mut(PIECE).zip(s.chunks(PIECE)) {
             d.copy_from_slice(s);
         }
     };
-    if dst.len() >= 4 * PAR_BYTES {
+    if split(dst.len()) {
         dst.par_chunks_mut(PAR_BYTES)
             .zip(src.par_chunks(PAR_BYTES))
             .for_each(|(d, s)| copy(d, s));
@@ -119,10 +125,9 @@ pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// Zeroes `dst`, split over threads from 4 MiB as copies are.
+/// Zeroes `dst`, split over threads as copies are.
 pub fn zero_bytes(dst: &mut [u8]) {
-    const PAR_BYTES: usize = 1 << 20;
-    if dst.len() >= 4 * PAR_BYTES {
+    if split(dst.len()) {
         dst.par_chunks_mut(PAR_BYTES).for_each(|d| d.fill(0));
     } else {
         dst.fill(0);
@@ -134,13 +139,6 @@ pub fn zero_bytes(dst: &mut [u8]) {
 /// of µs here, so smaller pieces do not pay), at most `TASK`, whole blocks.
 fn task_elems(streams: usize, size: usize) -> usize {
     ((1 << 20) / (streams * size).max(1)).clamp(BLOCK, TASK) / BLOCK * BLOCK
-}
-
-/// Whether a kernel moving `elems` elements of `size` bytes in each of
-/// `streams` arrays is split over threads: from 4 MiB of traffic, as copies
-/// are (below it the hand-off to rayon and back costs more than it saves).
-fn split(elems: usize, streams: usize, size: usize) -> bool {
-    elems.saturating_mul(streams * size) >= 4 << 20
 }
 
 /// Sums `inputs` (all of element type `dtype`, same length as `out`) into
@@ -157,7 +155,7 @@ pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
     assert!(!inputs.is_empty());
     let (streams, size) = (inputs.len() + 1, std::mem::size_of::<T>());
     let task = task_elems(streams, size);
-    if out.len() > task && split(out.len(), streams, size) {
+    if out.len() > task && split(out.len().saturating_mul(streams * size)) {
         out.par_chunks_mut(task)
             .enumerate()
             .for_each(|(i, o)| sum_range(inputs, i * task, o, order));
@@ -174,7 +172,7 @@ pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]]
     assert!(!inputs.is_empty());
     type Task<'a, T> = (usize, &'a mut [T], Vec<&'a mut [T]>);
     let (streams, size) = (inputs.len() + 1 + copies.len(), std::mem::size_of::<T>());
-    let parallel = split(out.len(), streams, size);
+    let parallel = split(out.len().saturating_mul(streams * size));
     let chunk = task_elems(streams, size).min(out.len()).max(1);
     let mut tasks: Vec<Task<'_, T>> = out
         .chunks_mut(chunk)
@@ -307,7 +305,7 @@ mod tests {
     #[test]
     fn parallel_sum_equals_serial() {
         let n = PAR_MIN * 3 + 17;
-        assert!(split(n, 8, 4), "the test must reach the parallel path");
+        assert!(split(n * 8 * 4), "the test must reach the parallel path");
         let ins: Vec<Vec<f32>> = (0..7)
             .map(|k| {
                 (0..n)
@@ -334,7 +332,7 @@ mod tests {
     #[test]
     fn sum_copy_equals_sum_then_copy() {
         assert!(
-            split(PAR_MIN * 2 + 9, 6 + 1 + 2, 4),
+            split((PAR_MIN * 2 + 9) * (6 + 1 + 2) * 4),
             "the test must reach the parallel path"
         );
         for n in [0, 5, BLOCK + 3, PAR_MIN * 2 + 9] {

@@ -127,6 +127,13 @@ enum Storage {
     Mapped(memmap2::MmapMut),
 }
 
+impl Storage {
+    const EMPTY: Storage = Storage::Heap {
+        words: Vec::new(),
+        start: 0,
+    };
+}
+
 /// Buffers of at least this many bytes are mapped with transparent huge pages
 /// requested. Row lookups into a large row_sparse table are bound by TLB
 /// misses: with 2 MB pages a pull of 100,000 rows of a 1,000,000 x 64 float32
@@ -149,6 +156,14 @@ impl Buffer {
             0 => 8,
             n if n >= PAGE_ALIGN_MIN => 4096,
             _ => 64,
+        }
+    }
+
+    /// A buffer of no bytes (nothing allocated).
+    fn empty() -> Buffer {
+        Buffer {
+            storage: Storage::EMPTY,
+            nbytes: 0,
         }
     }
 
@@ -249,11 +264,7 @@ impl Buffer {
 impl Drop for Buffer {
     /// Mappings go back to the pool (see [`pool`]).
     fn drop(&mut self) {
-        let empty = Storage::Heap {
-            words: Vec::new(),
-            start: 0,
-        };
-        if let Storage::Mapped(map) = std::mem::replace(&mut self.storage, empty) {
+        if let Storage::Mapped(map) = std::mem::replace(&mut self.storage, Storage::EMPTY) {
             pool::give(map);
         }
     }
@@ -327,13 +338,7 @@ impl NDArray {
             DType::F32,
             Context::CPU0,
             StorageType::Undefined,
-            Buffer {
-                storage: Storage::Heap {
-                    words: Vec::new(),
-                    start: 0,
-                },
-                nbytes: 0,
-            },
+            Buffer::empty(),
         )
     }
 
