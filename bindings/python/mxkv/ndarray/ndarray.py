@@ -80,15 +80,52 @@ class _BufferRef(object):
                                     'typestr': typestr, 'version': 3}
 
 
+# --- shapes: dims travel as uint32 (MXNet's mx_uint entry points) when they fit, else
+# through the 64-bit entry points (MXNDArrayCreateEx64 ...).  MXNet 1.9.1's own frontend
+# (built without USE_INT64_TENSOR_SIZE) raises OverflowError for a dim >= 2**32; a
+# library exporting the 64-bit functions (libmxkv does) gets such shapes whole.  No dim
+# is ever truncated to 32 bits.
+_UINT32_MAX = (1 << 32) - 1
+_INT64_MAX = (1 << 63) - 1
+
+
+def _check_dims(shape, what='shape'):
+    """`shape` (ints) as a tuple of Python ints in [0, 2**63); True if all fit in uint32."""
+    shape = tuple(int(s) for s in shape)
+    for dim in shape:
+        if dim < 0:
+            raise MXKVUsageError('negative dimension in %s %s' % (what, shape))
+        if dim > _INT64_MAX:
+            raise OverflowError('dimension %d in %s %s does not fit in 64 bits'
+                                % (dim, what, shape))
+    return shape, all(dim <= _UINT32_MAX for dim in shape)
+
+
+def _need_64bit(name, shape):
+    """Raise unless the library exports the 64-bit entry point `name`."""
+    if name in _LIB._mxkv_missing:
+        raise OverflowError('shape %s has a dimension >= 2**32 and %s does not export %s '
+                            '(MXNet needs a USE_INT64_TENSOR_SIZE build for such shapes)'
+                            % (shape, _LIB._mxkv_path, name))
+
+
+_HAS_SHAPE64 = 'MXNDArrayGetShapeEx64' not in _LIB._mxkv_missing
+
+
 def _new_alloc_handle(shape, ctx, delay_alloc, dtype):
     hdl = NDArrayHandle()
-    shape = tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise MXKVUsageError('negative dimension in shape %s' % (shape,))
-    arr = (ctypes.c_uint32 * len(shape))(*shape)
-    check_call(_LIB.MXNDArrayCreateEx(arr, len(shape), ctx.device_typeid, ctx.device_id,
-                                      int(bool(delay_alloc)), dtype_np_to_mx(dtype),
-                                      ctypes.byref(hdl)))
+    shape, fits32 = _check_dims(shape)
+    if fits32:
+        arr = (ctypes.c_uint32 * len(shape))(*shape)
+        check_call(_LIB.MXNDArrayCreateEx(arr, len(shape), ctx.device_typeid, ctx.device_id,
+                                          int(bool(delay_alloc)), dtype_np_to_mx(dtype),
+                                          ctypes.byref(hdl)))
+    else:
+        _need_64bit('MXNDArrayCreateEx64', shape)
+        arr = (ctypes.c_int64 * len(shape))(*shape)
+        check_call(_LIB.MXNDArrayCreateEx64(arr, len(shape), ctx.device_typeid, ctx.device_id,
+                                            int(bool(delay_alloc)), dtype_np_to_mx(dtype),
+                                            ctypes.byref(hdl)))
     return hdl
 
 
@@ -143,8 +180,14 @@ class NDArray(object):
     def shape(self):
         """tuple of ints (None for an array created without a shape)"""
         ndim = ctypes.c_int()
-        pdata = ctypes.POINTER(ctypes.c_int)()
-        check_call(_LIB.MXNDArrayGetShapeEx(self._h, ctypes.byref(ndim), ctypes.byref(pdata)))
+        if _HAS_SHAPE64:  # int64 dims: MXNDArrayGetShapeEx's int would fail or wrap
+            pdata = ctypes.POINTER(ctypes.c_int64)()
+            check_call(_LIB.MXNDArrayGetShapeEx64(self._h, ctypes.byref(ndim),
+                                                  ctypes.byref(pdata)))
+        else:
+            pdata = ctypes.POINTER(ctypes.c_int)()
+            check_call(_LIB.MXNDArrayGetShapeEx(self._h, ctypes.byref(ndim),
+                                                ctypes.byref(pdata)))
         if ndim.value == -1:
             return None
         return tuple(pdata[:ndim.value])

@@ -31,7 +31,7 @@ from ..base import (_LIB, check_call, NDArrayHandle, MXNetError, MXKVUsageError,
                     numeric_types, mx_real_t)
 from ..context import Context, current_context
 from .ndarray import (NDArray, dtype_np_to_mx, dtype_mx_to_np, _STORAGE_TYPE_STR_TO_ID,
-                      _shape_tuple)
+                      _shape_tuple, _check_dims, _need_64bit)
 from . import ndarray as _dense
 
 __all__ = ['BaseSparseNDArray', 'RowSparseNDArray', 'CSRNDArray', 'row_sparse_array', 'zeros',
@@ -49,16 +49,24 @@ def _new_alloc_handle(stype, shape, ctx, delay_alloc, dtype, aux_types, aux_shap
     for aux_t in aux_types:
         if np.dtype(aux_t) != np.dtype('int64'):
             raise NotImplementedError('only int64 is supported for aux types')
-    shape = _shape_tuple(shape)
+    shape, fits32 = _check_dims(_shape_tuple(shape))
     aux_type_ids = [dtype_np_to_mx(aux_t) for aux_t in aux_types]
     aux_shapes = [(0,) for _ in aux_types] if aux_shapes is None else aux_shapes
     aux_shape_lens = [len(s) for s in aux_shapes]
-    flat_aux = [int(d) for s in aux_shapes for d in s]
-    c_shape = (ctypes.c_uint32 * len(shape))(*shape)
+    flat_aux, aux_fit32 = _check_dims([d for s in aux_shapes for d in s], 'aux shape')
     c_aux_types = (ctypes.c_int * len(aux_type_ids))(*aux_type_ids)
-    c_aux_ndims = (ctypes.c_uint32 * len(aux_shape_lens))(*aux_shape_lens)
-    c_aux_shapes = (ctypes.c_uint32 * max(len(flat_aux), 1))(*flat_aux)
-    check_call(_LIB.MXNDArrayCreateSparseEx(
+    if fits32 and aux_fit32:  # MXNet's mx_uint entry point
+        c_shape = (ctypes.c_uint32 * len(shape))(*shape)
+        c_aux_ndims = (ctypes.c_uint32 * len(aux_shape_lens))(*aux_shape_lens)
+        c_aux_shapes = (ctypes.c_uint32 * max(len(flat_aux), 1))(*flat_aux)
+        create = _LIB.MXNDArrayCreateSparseEx
+    else:  # a dim >= 2**32: the int64 entry point (never truncate)
+        _need_64bit('MXNDArrayCreateSparseEx64', shape)
+        c_shape = (ctypes.c_int64 * len(shape))(*shape)
+        c_aux_ndims = (ctypes.c_int * len(aux_shape_lens))(*aux_shape_lens)
+        c_aux_shapes = (ctypes.c_int64 * max(len(flat_aux), 1))(*flat_aux)
+        create = _LIB.MXNDArrayCreateSparseEx64
+    check_call(create(
         _STORAGE_TYPE_STR_TO_ID[stype], c_shape, len(shape), ctx.device_typeid, ctx.device_id,
         int(bool(delay_alloc)), dtype_np_to_mx(dtype), len(aux_type_ids), c_aux_types,
         c_aux_ndims, c_aux_shapes, ctypes.byref(hdl)))
@@ -480,10 +488,18 @@ class CSRNDArray(BaseSparseNDArray):
 def _nonzero_rows(dense):
     if dense.ndim == 0:
         raise ValueError('cannot convert a 0-d array to row_sparse')
-    if dense.shape[0] == 0:
+    if dense.size == 0:  # no elements (zero-width rows too): no row is non-zero
         return np.zeros((0,), np.int64)
     flat = dense.reshape(dense.shape[0], -1)
     return np.flatnonzero((flat != 0).any(axis=1)).astype(np.int64)
+
+
+def _prod(dims):
+    """exact product of Python ints (np.prod wraps at 2**63)"""
+    res = 1
+    for dim in dims:
+        res *= int(dim)
+    return res
 
 
 def _dense_to_rsp_into(dense_np, dst):
@@ -576,7 +592,7 @@ def _row_sparse_ndarray_from_definition(data, indices, shape=None, ctx=None, dty
         dim0 = int(indices.asnumpy()[num_indices - 1]) + 1
         shape = (dim0,) + tuple(data.shape[1:])
     shape = _shape_tuple(shape)
-    if data.ndim != len(shape) or indices.ndim != 1 or np.prod(shape[1:]) == 0:
+    if data.ndim != len(shape) or indices.ndim != 1 or _prod(shape[1:]) == 0:
         raise ValueError('invalid shape')
     if data.shape[0] != indices.shape[0]:  # MXNet: a size mismatch copying into the parts
         raise MXNetError('row_sparse_array: %d row indices for %d data rows'
