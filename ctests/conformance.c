@@ -5,8 +5,8 @@
  * Both headers are included into one translation unit, so every function they
  * both declare must have a compatible type (otherwise: "conflicting types").
  * Then the address of every KVStore/NDArray entry point a binding needs
- * (../shared/spec/kvstore-local.md, sections 1-12 and "NDArray C API a binding
- * needs") goes into a table of pointers spelled out by hand from the 1.9.1
+ * (the KVStore functions of MXNet 1.9.1's include/mxnet/c_api.h and the NDArray
+ * functions a binding needs, as README.md lists them) goes into a table of pointers spelled out by hand from the 1.9.1
  * header, so any drift in either header fails under -Werror.
  *
  * Compile check only:

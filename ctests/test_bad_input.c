@@ -1,6 +1,6 @@
 /*
  * Bad input through the C API. Every crash, hang and silent wrong answer of
- * MXNet 1.9.1 listed in ../shared/spec/kvstore-local.md §14 (and the other
+ * MXNet 1.9.1 that README.md lists as deliberate deviations (and the other
  * bad input a caller can produce: NULL / stale / double-freed / foreign /
  * wrong-kind handles, NULL arrays and out-pointers, bad shapes, dtypes,
  * contexts, files) must give rc -1 and a message naming the function and the

@@ -1,6 +1,5 @@
-"""The KVStore tutorial (../shared/seeds/004_e5da6fac8239d744.txt: "Apache MXNet -
-KVStore and visualization", the KVStore part) with ``import mxkv as mx`` in place
-of ``import mxnet as mx``.  Its output is byte-identical to real MXNet 1.9.1's
+"""The KVStore tutorial (MXNet's "Apache MXNet - KVStore and visualization", the
+KVStore part) with ``import mxkv as mx`` in place of ``import mxnet as mx``.  Its output is byte-identical to real MXNet 1.9.1's
 (tests/python/test_tutorial.py runs both and compares).
 
 Run:  PYTHONPATH=bindings/python python examples/tutorial.py

@@ -1,6 +1,5 @@
 //! Checks `mxkv::store::compression` against the vectors captured from MXNet
-//! 1.9.1 in `shared/vectors/compression/` (a sibling of the repository:
-//! `$CARGO_MANIFEST_DIR/../shared/vectors/compression`).
+//! 1.9.1 in `tests/vectors/compression/` (see the README there).
 //!
 //! * `quantize_kernel.json`: every step of every case, bit for bit (words,
 //!   their little-endian bytes, residuals, dequantized values), through the
@@ -233,12 +232,11 @@ impl Parser<'_> {
 }
 
 fn load(name: &str) -> Json {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors/compression");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/compression");
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "cannot read the MXNet compression vectors at {}: {e}\n\
-             (shared/ must sit beside the repository clone: ../shared/vectors/compression)",
+            "cannot read the MXNet compression vectors at {}: {e}",
             path.display()
         )
     });

@@ -616,7 +616,7 @@ static void scn_version(void) {
   say("MXGetVersion %s value=%d", rc_text(rc, NULL), v);
 }
 
-/* The tutorial (../shared/seeds/004): local store, key 3 of 3x3. */
+/* The KVStore tutorial (examples/tutorial.py): local store, key 3 of 3x3. */
 static void scn_tutorial(void) {
   set_scn("tutorial");
   KVStoreHandle kv = new_store("local");

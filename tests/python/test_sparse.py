@@ -1,6 +1,6 @@
 """row_sparse values, differential: each scenario runs with ``mx = mxnet`` (real MXNet 1.9.1)
 and with ``mx = mxkv``; indices, data bits, storage types, shapes, dtypes, contexts and
-which calls raise must be identical.  Spec: shared/spec/sparse-and-compression.md, section A.
+which calls raise must be identical.  See README.md, deviation 12.
 
 Ground rules taken from MXNet's behaviour, so that MXNet itself is only run where it is sound:
 * a key always gets the same number of values in its multi-value pushes (MXNet's local store
