@@ -7,10 +7,16 @@ called through an undeclared ctypes attribute.
 
 Search order for the shared library:
 
-1. ``MXKV_LIBRARY_PATH`` (a file, or a directory holding ``libmxkv.so``);
-2. ``libmxkv.so`` next to this package (``pip install`` copies it there);
+1. ``MXKV_LIBRARY_PATH`` (a file, or a directory holding ``libmxkv.so``); when
+   it is set, nothing else is tried;
+2. ``libmxkv.so`` inside this package (the wheel that ``pip install
+   bindings/python`` builds ships it there);
 3. ``target/release/libmxkv.so`` in this package's folder or any folder above
    it (a source checkout: ``bindings/python/mxkv`` -> repository root).
+
+When none is found, the error says how to get one for the way the package was
+installed: ``cargo build --release`` in a source checkout, reinstalling the
+platform wheel otherwise.
 
 Because the API is MXNet's, ``MXKV_LIBRARY_PATH`` may also point at a real
 ``libmxnet.so``; that is how the differential tests validate this binding.
@@ -19,8 +25,8 @@ import ctypes
 import os
 import sys
 
-__all__ = ['find_library', 'load', 'raw_function', 'PROTOTYPES', 'UPDATER', 'STR_UPDATER',
-           'SERVER_CONTROLLER', 'LIBRARY_NAMES']
+__all__ = ['find_library', 'installation', 'load', 'raw_function', 'PROTOTYPES', 'UPDATER',
+           'STR_UPDATER', 'SERVER_CONTROLLER', 'LIBRARY_NAMES']
 
 LIBRARY_NAMES = ('libmxkv.so', 'libmxkv.dylib', 'mxkv.dll')
 
@@ -150,6 +156,49 @@ def _candidates():
         d = parent
 
 
+def installation(package_dir=None):
+    """How this package was installed: ``('installed', None)`` for a package that pip
+    put into a site-packages folder (from a wheel), ``('checkout', root)`` for the
+    ``bindings/python/mxkv`` folder of a libmxkv source checkout (also what an
+    editable install uses), ``('copy', None)`` for anything else."""
+    d = package_dir or os.path.dirname(os.path.abspath(__file__))
+    parent = os.path.dirname(d)
+    try:
+        siblings = os.listdir(parent)
+    except OSError:
+        siblings = []
+    if os.path.basename(parent) in ('site-packages', 'dist-packages') or any(
+            n.lower().startswith('mxkv-') and n.endswith('.dist-info') for n in siblings):
+        return 'installed', None
+    while True:
+        try:
+            with open(os.path.join(d, 'Cargo.toml')) as fin:
+                if 'name = "mxkv"' in fin.read():
+                    return 'checkout', d
+        except OSError:
+            pass
+        if os.path.dirname(d) == d:
+            return 'copy', None
+        d = os.path.dirname(d)
+
+
+def _how_to_get_one(package_dir):
+    """What to do about a missing library, for the way this package was installed."""
+    kind, root = installation(package_dir)
+    if kind == 'checkout':
+        return ('mxkv is used from the source checkout %s: build the library there with '
+                '`cargo build --release` (or `make build`), which makes %s; or set '
+                'MXKV_LIBRARY_PATH to a libmxkv.so.'
+                % (root, os.path.join(root, 'target', 'release', LIBRARY_NAMES[0])))
+    what = ('This installed mxkv package (%s)' if kind == 'installed'
+            else 'This copy of the mxkv package (%s)') % package_dir
+    return ('%s has no %s inside it: it was not installed from the platform wheel '
+            '(mxkv-<version>-py3-none-<platform>.whl) that ships the library, or the file '
+            'was removed. Reinstall mxkv from that wheel (`pip install --force-reinstall '
+            '<wheel>`; `pip install <libmxkv clone>/bindings/python` builds one and installs '
+            'it), or set MXKV_LIBRARY_PATH to a libmxkv.so.' % (what, LIBRARY_NAMES[0]))
+
+
 def find_library():
     """Return the path of the library that :func:`load` would open."""
     tried = []
@@ -157,8 +206,14 @@ def find_library():
         if os.path.isfile(path):
             return os.path.realpath(path)
         tried.append('%s (%s)' % (path, origin))
-    raise OSError('libmxkv.so not found. Build it (cargo build --release), or set '
-                  'MXKV_LIBRARY_PATH to the library file. Looked at:\n  ' + '\n  '.join(tried))
+    looked = 'Looked at:\n  ' + '\n  '.join(tried)
+    env = os.environ.get('MXKV_LIBRARY_PATH')
+    if env:
+        raise OSError('libmxkv.so not found: MXKV_LIBRARY_PATH=%s names no library file '
+                      '(set it to libmxkv.so, or to a folder holding it, or unset it to '
+                      'use the library that comes with the package). %s' % (env, looked))
+    here = os.path.dirname(os.path.abspath(__file__))
+    raise OSError('libmxkv.so not found. %s %s' % (_how_to_get_one(here), looked))
 
 
 def declare(lib):
