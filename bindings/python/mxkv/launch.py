@@ -39,8 +39,9 @@ What differs from MXNet's launcher, on purpose:
   Each node runs in its own process group and is ended by its process id,
   never by name. Exit 0 means every node exited 0.
 * ``--dry-run`` prints, for each node, the variables the launcher would set
-  (one block per node of shell-quoted ``K=V`` lines, ``set -a; . file``
-  exports them) and starts nothing: that is the contract another launcher
+  (one block per node of shell-quoted ``K=V`` lines, one line each: values
+  with control characters use bash's ``$'...'``; ``set -a; . file`` exports
+  them) and starts nothing: that is the contract another launcher
   (ssh, mpi, a cluster manager) has to reproduce. Only ``--launcher local``
   runs anything.
 * ``--env K=V`` (also MXNet's ``K:V``, or a bare ``K`` to pass the launcher's
@@ -273,12 +274,31 @@ def build_nodes(num_workers, num_servers, root_port, node_ports=None, env_all=No
     return nodes
 
 
+def shell_quote(value):
+    """One-line shell quoting: shlex.quote, or bash's $'...' when value has control characters."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return shlex.quote(value)
+    out = []
+    for c in value:
+        if c in '\\\'':
+            out.append('\\' + c)
+        elif c == '\n':
+            out.append('\\n')
+        elif c == '\t':
+            out.append('\\t')
+        elif ord(c) < 32 or ord(c) == 127:
+            out.append('\\x%02x' % ord(c))
+        else:
+            out.append(c)
+    return "$'" + ''.join(out) + "'"
+
+
 def format_dry_run(nodes, command):
     blocks = []
     cmd = ' '.join(shlex.quote(c) for c in command) if command else '(no command)'
     for node in nodes:
         lines = ['# %s: %s' % (node.label, cmd)]
-        lines += ['%s=%s' % (k, shlex.quote(v)) for k, v in sorted(node.env.items())]
+        lines += ['%s=%s' % (k, shell_quote(v)) for k, v in sorted(node.env.items())]
         blocks.append('\n'.join(lines) + '\n')
     return '\n'.join(blocks)
 
@@ -339,14 +359,34 @@ def _signal_name(signum):
         return 'signal %d' % signum
 
 
-def _group_alive(pgid):
+def _group_members(pgid):
+    """Process ids of the live (not zombie) processes in process group pgid."""
     try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+        entries = os.listdir('/proc')
+    except OSError:
+        entries = None
+    if entries is None or not os.path.exists('/proc/self/stat'):
+        try:                       # no procfs: any member, zombies included
+            os.killpg(pgid, 0)
+            return [pgid]
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            return [pgid]
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % entry, 'rb') as f:
+                stat = f.read()
+        except OSError:
+            continue               # gone meanwhile
+        fields = stat[stat.rfind(b')') + 2:].split()
+        # fields: state ppid pgrp ...
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b'Z', b'X'):
+            members.append(int(entry))
+    return members
 
 
 def _killpg(pgid, sig):
@@ -502,13 +542,17 @@ class Job(object):
                                  % (', '.join(n.label for n in left), args.grace))
                 self._kill_all()
         # every node's leader has exited: end whatever is left in their process groups
-        left = [n for n in self.nodes if n.proc is not None and _group_alive(n.proc.pid)]
+        left = [n for n in self.nodes if n.proc is not None and _group_members(n.proc.pid)]
         if left:
             if not self.stopping:
                 self.out.say('processes left behind by %s: killing them'
                              % ', '.join(n.label for n in left))
             for n in left:
                 _killpg(n.proc.pid, signal.SIGKILL)
+            end = time.monotonic() + 5.0
+            while (any(_group_members(n.proc.pid) for n in left)
+                   and time.monotonic() < end):
+                time.sleep(0.02)   # SIGKILL is sent; wait (bounded) until they are gone
         for n in self.nodes:
             for t in n.readers:
                 t.join(2.0)
