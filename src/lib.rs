@@ -6,6 +6,7 @@
 //! `unsafe`; [`store`], [`ndarray`], [`registry`] and [`psenv`] are safe Rust.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod dist;
 pub mod error;
 pub mod ndarray;
 pub mod psenv;

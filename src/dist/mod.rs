@@ -1,0 +1,8 @@
+//! The distributed KVStore's transport, shaped like ps-lite (the parameter
+//! server library MXNet 1.9.1 links): wire meta ([`meta`]), messages
+//! ([`message`]), and, above them, the van, postoffice and scheduler.
+//! Safe Rust only.
+#![forbid(unsafe_code)]
+
+pub mod message;
+pub mod meta;
