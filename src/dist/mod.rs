@@ -6,3 +6,6 @@
 
 pub mod message;
 pub mod meta;
+
+// KV layer (dist-kv): key mapping, server state machine, worker requests.
+pub mod keys;
