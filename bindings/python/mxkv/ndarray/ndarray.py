@@ -143,6 +143,7 @@ class NDArray(object):
     """
     __slots__ = ['handle', 'writable', '__weakref__']
     __array_priority__ = 1000.0
+    _is_sparse = False  # True for row_sparse / csr arrays (BaseSparseNDArray)
 
     def __init__(self, handle, writable=True):
         if handle is not None and not isinstance(handle, NDArrayHandle):
@@ -492,6 +493,8 @@ class NDArray(object):
 
     def _binary(self, other, ufunc, reverse=False, out=None):
         if isinstance(other, numeric_types):
+            if self._is_sparse or (out is not None and out._is_sparse):
+                return _storage_fallback(self, other, ufunc, reverse, out)
             rhs = self._scalar(other)
             lhs_v = self._arith_view()
             if out is None:
@@ -506,6 +509,8 @@ class NDArray(object):
                     ufunc(lhs_v, rhs, out=out_v, casting='unsafe')
             return res
         if isinstance(other, NDArray):
+            if self._is_sparse or other._is_sparse or (out is not None and out._is_sparse):
+                return _storage_fallback(self, other, ufunc, reverse, out)
             if other.dtype != self.dtype:
                 raise MXNetError('operands have different dtypes: %s vs %s'
                                  % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
@@ -606,6 +611,35 @@ class NDArray(object):
     def T(self):  # pylint: disable=invalid-name
         """transposed copy"""
         return array(self.asnumpy().T, ctx=self.context, dtype=self.dtype)
+
+
+def _storage_fallback(lhs, rhs, ufunc, reverse, out):
+    """A binary operator with a sparse operand, as MXNet's broadcast_* operators run it:
+    "storage type fallback" to temporary dense copies, a dense result (written into `out`
+    if given: a sparse `out` gets the dense result's non-zero rows, as a copyto)."""
+    temps = []
+
+    def dense(arr):
+        if not isinstance(arr, NDArray) or not arr._is_sparse:
+            return arr
+        tmp = arr.tostype('default')
+        temps.append(tmp)
+        return tmp
+
+    try:
+        dense_out = None if out is None or out._is_sparse else out
+        res = dense(lhs)._binary(dense(rhs), ufunc, reverse=reverse, out=dense_out)
+        if out is not None and out._is_sparse:
+            if res.shape != out.shape:
+                raise MXNetError('in-place operation: shape %s does not match %s'
+                                 % (out.shape, res.shape))
+            res.copyto(out)
+            res.close()
+            return out
+        return res
+    finally:
+        for tmp in temps:
+            tmp.close()
 
 
 def _c_int_divide(a, b, out=None, casting='unsafe'):

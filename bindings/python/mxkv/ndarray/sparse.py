@@ -16,13 +16,21 @@ results:
   raise ``MXNetError`` (MXNet writes outside its buffer);
 * dense -> row_sparse (``cast_storage``): the rows with at least one element
   ``!= 0`` (NaN counts, ``-0.0`` does not), in ascending order;
-* row_sparse +/- row_sparse (``elemwise_add``/``elemwise_sub``): a row_sparse
-  array over the sorted union of the indices, missing rows read as zeros.
+* row_sparse +/-/* row_sparse (``elemwise_add/sub/mul``): a row_sparse
+  array over the sorted union of the indices, missing rows read as zeros;
+* row_sparse +/- dense of one shape (``elemwise_add/sub``, also
+  ``sparse.add/subtract`` with the dense array first): a dense array, the dense
+  operand's own values (negated for ``rsp - dense``) where no row is stored;
+  row_sparse * dense: a row_sparse array over the stored rows;
+* any other operator with a sparse operand (``dense + rsp``, ``dense += rsp``,
+  ``rsp / dense``, ``mx.nd.add`` ...): MXNet's storage fallback, i.e. the sparse
+  operand densified and a dense result.
 
 CSR arrays can be created (``zeros('csr', shape)``) and passed around, but
 nothing converts them.
 """
 import ctypes
+import operator
 import warnings
 
 import numpy as np
@@ -82,6 +90,7 @@ def _check_shape(s1, s2):
 class BaseSparseNDArray(NDArray):
     """Common base of the sparse arrays (no dense buffer, no elementwise views)."""
     __slots__ = []
+    _is_sparse = True
 
     def __repr__(self):
         if self.handle is None:
@@ -404,8 +413,45 @@ class RowSparseNDArray(BaseSparseNDArray):
         finally:
             dense.close()
 
+    def _elemwise_dense(self, other, op, rsp_first=True):
+        """MXNet's elemwise_add/sub/mul of this array and a dense `other` of the same shape
+        (None if `other` is not one).  add/sub give a dense array: the rows this array
+        does not store are `other`'s (negated for rsp - dense), computed only for stored
+        rows otherwise; mul gives a row_sparse array over this array's rows."""
+        if not isinstance(other, NDArray) or other._is_sparse or other.shape != self.shape:
+            return None
+        if other.dtype != self.dtype:
+            raise MXNetError('operands have different dtypes: %s vs %s'
+                             % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
+        data, idx = self._parts()
+        rows = self.shape[0]
+        if idx.size and (idx.min() < 0 or idx.max() >= rows):
+            raise MXNetError('row_sparse array of shape %s has row indices outside [0, %d): %s'
+                             % (self.shape, rows, idx.tolist()))
+        dense = other._arith_view()
+        ctx = self.context if rsp_first else other.context
+        # operands in the order MXNet's kernels use (rsp - dense is rsp + (-dense): a NaN
+        # in the dense operand comes out with its sign flipped, as in MXNet)
+        with np.errstate(all='ignore'):
+            if op == 'mul':
+                prod = dense[idx] * data if rsp_first else data * dense[idx]
+                return row_sparse_array((prod.astype(self._np_dtype, copy=False), idx),
+                                        shape=self.shape, ctx=ctx, dtype=self.dtype)
+            if op == 'add':
+                res = np.array(dense, copy=True)
+                res[idx] = data + dense[idx]
+            elif rsp_first:  # rsp - dense = rsp + (-dense); -dense where no row is stored
+                res = np.negative(dense)
+                res[idx] = data + res[idx]
+            else:
+                res = np.array(dense, copy=True)
+                res[idx] = dense[idx] - data
+        return _dense.array(res, ctx=ctx, dtype=self.dtype)
+
     def __add__(self, other):
         res = self._rsp_binary(other, np.add)
+        if res is None:
+            res = self._elemwise_dense(other, 'add')
         return res if res is not None else self._dense_binary(other, np.add)
 
     def __radd__(self, other):
@@ -413,6 +459,8 @@ class RowSparseNDArray(BaseSparseNDArray):
 
     def __sub__(self, other):
         res = self._rsp_binary(other, np.subtract)
+        if res is None:
+            res = self._elemwise_dense(other, 'sub')
         return res if res is not None else self._dense_binary(other, np.subtract)
 
     def __rsub__(self, other):
@@ -420,6 +468,10 @@ class RowSparseNDArray(BaseSparseNDArray):
 
     def __mul__(self, other):
         res = self._scalar_binary(other, np.multiply)
+        if res is None:
+            res = self._rsp_binary(other, np.multiply)
+        if res is None:
+            res = self._elemwise_dense(other, 'mul')
         return res if res is not None else self._dense_binary(other, np.multiply)
 
     def __rmul__(self, other):
@@ -668,21 +720,31 @@ def array(source_array, ctx=None, dtype=None):
     raise ValueError('Unexpected source_array type: ', type(source_array))
 
 
+def _elemwise(lhs, rhs, op, pyop):
+    """MXNet's sparse.add/subtract/multiply: arrays of one shape go through elemwise_*
+    (a dense lhs with a row_sparse rhs included), anything else as `lhs <op> rhs`."""
+    if (isinstance(lhs, NDArray) and isinstance(rhs, NDArray) and not lhs._is_sparse
+            and isinstance(rhs, RowSparseNDArray) and lhs.shape == rhs.shape):
+        return rhs._elemwise_dense(lhs, op, rsp_first=False)
+    return pyop(lhs, rhs)
+
+
 def add(lhs, rhs):
-    """lhs + rhs"""
-    return lhs + rhs
+    """lhs + rhs (elemwise_add for one shape: a row_sparse and a dense give a dense array
+    whose unstored rows are the dense operand's own values)"""
+    return _elemwise(lhs, rhs, 'add', operator.add)
 
 
 def subtract(lhs, rhs):
-    """lhs - rhs"""
-    return lhs - rhs
+    """lhs - rhs (elemwise_sub for one shape)"""
+    return _elemwise(lhs, rhs, 'sub', operator.sub)
 
 
 def multiply(lhs, rhs):
-    """lhs * rhs"""
-    return lhs * rhs
+    """lhs * rhs (elemwise_mul for one shape: row_sparse * dense is row_sparse)"""
+    return _elemwise(lhs, rhs, 'mul', operator.mul)
 
 
 def divide(lhs, rhs):
-    """lhs / rhs"""
+    """lhs / rhs (dense unless dividing a row_sparse array by a scalar)"""
     return lhs / rhs
