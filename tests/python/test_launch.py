@@ -444,6 +444,31 @@ def test_timeout_kills_everything(node, tmp_path):
         kill_leftovers(ready_infos(str(tmp_path)), tag)
 
 
+def test_timeout_holds_when_nobody_reads_the_output(tmp_path):
+    # the launcher's stdout is a pipe nobody reads, the nodes write without end: the
+    # reader threads block, the deadline must not
+    script = tmp_path / 'spam.py'
+    script.write_text('import sys\nwhile True:\n    sys.stdout.write("x" * 999 + "\\n")\n')
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen([PY, LAUNCH, '-n', '1', '-s', '1', '--timeout', '3', '--grace', '1',
+                             '--env', 'T_TAG=' + tag, PY, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        start = time.monotonic()
+        proc.wait(40)
+        assert proc.returncode == 124
+        assert time.monotonic() - start < 30
+        assert b'timeout: 3 s elapsed' in proc.stderr.read()
+        assert tagged(tag) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
+        kill_tagged(tag)
+
+
 def test_servers_that_outlive_the_workers_are_stopped(tmp_path):
     # workers succeed at once, the scheduler and server never leave by themselves
     script = tmp_path / 'node.sh'

@@ -82,6 +82,7 @@ EXIT_TIMEOUT = 124
 EXIT_STRAGGLER = 1          # scheduler/servers did not exit after the workers
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
+GIVE_UP_AFTER_KILL = 10.0   # seconds to wait for a node after SIGKILL (stuck in the kernel)
 
 
 class UsageError(Exception):
@@ -306,18 +307,22 @@ def format_dry_run(nodes, command):
 # --- running ------------------------------------------------------------------------------
 
 class _Output(object):
-    """Serialises whole prefixed lines onto the launcher's stdout/stderr."""
+    """Writes whole prefixed lines onto the launcher's stdout/stderr, one lock per stream.
+
+    The launcher's own messages go through a queue and a writer thread, so that the main
+    loop (deadlines, signals, teardown) never waits for a reader of our output that has
+    stopped reading."""
 
     def __init__(self):
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def _stream(err):
-        return sys.stderr if err else sys.stdout
+        self.locks = (threading.Lock(), threading.Lock())
+        self.messages = queue.SimpleQueue()
+        self.writer = threading.Thread(target=self._write_messages, name='launcher messages',
+                                       daemon=True)
+        self.writer.start()
 
     def write(self, data, err=False):
-        stream = self._stream(err)
-        with self.lock:
+        stream = sys.stderr if err else sys.stdout
+        with self.locks[err]:
             try:
                 buf = getattr(stream, 'buffer', None)
                 if buf is not None:
@@ -329,8 +334,19 @@ class _Output(object):
             except (OSError, ValueError):
                 pass          # our stdout went away (closed pipe): keep draining the nodes
 
+    def _write_messages(self):
+        while True:
+            text = self.messages.get()
+            if text is None:
+                return
+            self.write(('[%s] %s\n' % (PROG, text)).encode('utf-8', 'replace'), err=True)
+
     def say(self, text):
-        self.write(('[%s] %s\n' % (PROG, text)).encode('utf-8', 'replace'), err=True)
+        self.messages.put(text)
+
+    def close(self, timeout):
+        self.messages.put(None)
+        self.writer.join(timeout)
 
 
 def _pump(pipe, prefix, out, err):
@@ -403,6 +419,12 @@ def _resolve(command):
     return list(command)
 
 
+def _join_all(threads, timeout):
+    end = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+
+
 class Job(object):
     def __init__(self, nodes, command, args, out):
         self.nodes = nodes
@@ -414,6 +436,7 @@ class Job(object):
         self.stopping = False
         self.kill_at = None
         self.killed = False
+        self.give_up_at = None
 
     # -- events
     def _on_signal(self, signum, _frame):
@@ -421,8 +444,7 @@ class Job(object):
 
     def _wait(self, node):
         node.proc.wait()
-        for t in node.readers:
-            t.join(2.0)      # its output first, unless something else holds the pipe
+        _join_all(node.readers, 1.0)   # its output first, unless something else holds a pipe
         self.events.put(('exit', node))
 
     # -- start
@@ -470,6 +492,8 @@ class Job(object):
         self.kill_at = time.monotonic() + self.args.grace
 
     def _kill_all(self):
+        if not self.killed:
+            self.give_up_at = time.monotonic() + GIVE_UP_AFTER_KILL
         self.killed = True
         for n in self.nodes:
             if n.proc is not None:
@@ -501,7 +525,7 @@ class Job(object):
         while self._running():
             now = time.monotonic()
             limits = [now + 0.5]
-            for t in (deadline, linger_until, self.kill_at):
+            for t in (deadline, linger_until, self.kill_at, self.give_up_at):
                 if t is not None:
                     limits.append(t)
             try:
@@ -536,12 +560,18 @@ class Job(object):
                            '%g s' % (', '.join(n.label for n in self._running()),
                                      args.shutdown_timeout))
             if self.kill_at is not None and now >= self.kill_at and not self.killed:
-                left = self._running()
+                left = [n for n in self._running() if n.proc.returncode is None]
                 if left:
                     self.out.say('%s still running %g s after SIGTERM: SIGKILL'
                                  % (', '.join(n.label for n in left), args.grace))
                 self._kill_all()
-        # every node's leader has exited: end whatever is left in their process groups
+            if self.give_up_at is not None and now >= self.give_up_at and self._running():
+                stuck = self._running()
+                self.out.say('%s did not end %g s after SIGKILL (pid %s); giving up on them'
+                             % (', '.join(n.label for n in stuck), GIVE_UP_AFTER_KILL,
+                                ', '.join(str(n.proc.pid) for n in stuck)))
+                break
+        # every node's leader has exited (or would not die): end whatever is left in their process groups
         left = [n for n in self.nodes if n.proc is not None and _group_members(n.proc.pid)]
         if left:
             if not self.stopping:
@@ -553,9 +583,7 @@ class Job(object):
             while (any(_group_members(n.proc.pid) for n in left)
                    and time.monotonic() < end):
                 time.sleep(0.02)   # SIGKILL is sent; wait (bounded) until they are gone
-        for n in self.nodes:
-            for t in n.readers:
-                t.join(2.0)
+        _join_all([t for n in self.nodes for t in n.readers], 5.0)
         return self.result if self.result is not None else 0
 
 
@@ -572,8 +600,6 @@ def main(argv=None):
     ports = free_ports(1 + (nnodes if args.pin_ports else 0))
     root_port = args.port if args.port else ports[0]
     ports = [p for p in ports if p != root_port][:nnodes]
-    if len(ports) < nnodes:   # --port was one of them: one more
-        ports += [p for p in free_ports(2) if p not in ports and p != root_port][:1]
     nodes = build_nodes(args.num_workers, args.num_servers, root_port,
                         node_ports=ports if args.pin_ports else None,
                         env_all=args.env_all, env_server=args.env_server_only,
@@ -582,7 +608,11 @@ def main(argv=None):
         sys.stdout.write(format_dry_run(nodes, args.command))
         sys.stdout.flush()
         return 0
-    return Job(nodes, args.command, args, _Output()).run()
+    out = _Output()
+    try:
+        return Job(nodes, args.command, args, out).run()
+    finally:
+        out.close(5.0)
 
 
 if __name__ == '__main__':
