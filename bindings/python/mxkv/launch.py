@@ -560,9 +560,10 @@ class Job(object):
                            '%g s' % (', '.join(n.label for n in self._running()),
                                      args.shutdown_timeout))
             if self.kill_at is not None and now >= self.kill_at and not self.killed:
-                left = [n for n in self._running() if n.proc.returncode is None]
+                left = [n for n in self.nodes
+                        if n.proc is not None and _group_members(n.proc.pid)]
                 if left:
-                    self.out.say('%s still running %g s after SIGTERM: SIGKILL'
+                    self.out.say('processes of %s still running %g s after SIGTERM: SIGKILL'
                                  % (', '.join(n.label for n in left), args.grace))
                 self._kill_all()
             if self.give_up_at is not None and now >= self.give_up_at and self._running():
