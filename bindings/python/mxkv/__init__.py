@@ -17,8 +17,10 @@ from . import optimizer
 from . import profiler
 from . import kvstore
 from . import kvstore as kv
+from . import random
 
 __version__ = base.__version__
 
 __all__ = ['base', 'MXNetError', 'Context', 'cpu', 'gpu', 'cpu_pinned', 'current_context',
-           'nd', 'ndarray', 'optimizer', 'lr_scheduler', 'kv', 'kvstore', 'profiler', 'error']
+           'nd', 'ndarray', 'optimizer', 'lr_scheduler', 'kv', 'kvstore', 'profiler', 'error',
+           'random']
