@@ -16,7 +16,7 @@ CTESTS  := $(patsubst ctests/%.c,%,$(wildcard ctests/test_*.c))
 # MXNet 1.9.1 from the reference venv (found without importing it).
 MXDIR    = $(shell $(PY) -c "import importlib.util,os;print(os.path.dirname(importlib.util.find_spec('mxnet').origin))")
 
-.PHONY: all build tutorial venv venv-ref tools header lint cargo-test ctest ctest-asan \
+.PHONY: all build tutorial venv venv-ref tools standalone header lint cargo-test ctest ctest-asan \
         ctest-valgrind abi diff pytest test bench clean
 
 all: tutorial
@@ -50,7 +50,10 @@ venv-ref: $(VENV)/.ref
 
 ## System tools the tests use.
 tools:
-	@command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	@missing=""; command -v valgrind >/dev/null || missing="$$missing valgrind"; \
+	  command -v pkg-config >/dev/null || missing="$$missing pkgconf"; \
+	  command -v g++ >/dev/null || missing="$$missing g++"; \
+	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 ## Regenerate include/mxkv/c_api.h from src/capi (commit the result).
 header:
@@ -59,6 +62,13 @@ header:
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+
+## The repository stands on its own: no tracked file (Markdown notes aside)
+## refers to the steering folder that sits beside a developer's checkout.
+standalone:
+	@if git grep -nE '[.][.]/shared' -- . ':!*.md'; then \
+	  echo "standalone: the files above refer to the shared folder beside a checkout, which a clone does not have"; exit 1; fi
+	@echo "standalone: no tracked file refers to the shared folder beside the checkout"
 
 ## Rust unit tests, and the check that the committed header is current.
 cargo-test:
@@ -97,10 +107,12 @@ diff: venv-ref build
 pytest: venv-ref build
 	@if [ -d tests/python ]; then $(PY) -m pytest -q tests/python; else echo "no Python tests yet"; fi
 
-test: venv-ref tools lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest bench-smoke
+test: venv-ref tools standalone lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest bench-smoke install-check
 	@echo "make test: all suites passed"
 
 include bench/bench.mk
+include mk/install.mk
+-include mk/wheel.mk
 
 clean:
 	$(CARGO) clean

@@ -1,7 +1,29 @@
-//! Gives the shared library a soname. Writes nothing outside OUT_DIR.
+//! Gives the shared library its soname (`libmxkv.so.0`), and stages the
+//! soname link `libmxkv.so.0 -> libmxkv.so` beside the library cargo builds
+//! (e.g. `target/release/`), so that a program linked straight against
+//! `target/release` after `cargo build --release` finds the library at run
+//! time too (with `-Wl,-rpath,<that dir>`). The link is the only file written
+//! outside OUT_DIR.
+use std::path::PathBuf;
+
 fn main() {
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmxkv.so.0");
-    }
     println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmxkv.so.0");
+    // OUT_DIR is <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out, and the
+    // library lands in <target>/[<triple>/]<profile>.
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let Some(profile_dir) = out.ancestors().nth(3) else {
+        return;
+    };
+    let link = profile_dir.join("libmxkv.so.0");
+    if std::fs::read_link(&link).is_ok_and(|t| t == std::path::Path::new("libmxkv.so")) {
+        return;
+    }
+    let _ = std::fs::remove_file(&link);
+    if let Err(e) = std::os::unix::fs::symlink("libmxkv.so", &link) {
+        println!("cargo:warning=could not stage {}: {e}", link.display());
+    }
 }

@@ -10,9 +10,44 @@
 #include <stddef.h>
 #include <stdbool.h>
 
-/* MXNet declares its callbacks as function types, not pointer types. */
+/* MXNet's portability macros: MXNET_DLL on every function (empty here, as in
+ * MXNet's Linux build), and DEFAULT(x) for C++ default arguments. */
+#ifndef MXNET_DLL
+#define MXNET_DLL
+#endif
+#ifdef __cplusplus
+#define DEFAULT(x) = x
+#else
+#define DEFAULT(x)
+#endif
+
+/* MXNet's scalar types. */
+typedef float mx_float;
+typedef int64_t dim_t;
+
+/* MXNet's handle types (all of them, so that code written for MXNet's header
+ * compiles unchanged; libmxkv creates only NDArray and KVStore handles). */
 typedef void *NDArrayHandle;
+typedef const void *FunctionHandle;
+typedef void *AtomicSymbolCreator;
+typedef void *CachedOpHandle;
+typedef void *SymbolHandle;
+typedef void *AtomicSymbolHandle;
+typedef void *ExecutorHandle;
+typedef void *DataIterCreator;
+typedef void *DataIterHandle;
 typedef void *KVStoreHandle;
+typedef void *RecordIOHandle;
+typedef void *RtcHandle;
+typedef void *CudaModuleHandle;
+typedef void *CudaKernelHandle;
+typedef void *ProfileHandle;
+typedef void *DLManagedTensorHandle;
+typedef const void *ContextHandle;
+typedef const void *EngineFnPropertyHandle;
+typedef void *EngineVarHandle;
+
+/* MXNet declares its callbacks as function types, not pointer types. */
 typedef void (MXKVStoreUpdater)(int key, NDArrayHandle recv, NDArrayHandle local, void *handle);
 typedef void (MXKVStoreStrUpdater)(const char *key, NDArrayHandle recv, NDArrayHandle local, void *handle);
 typedef void (MXKVStoreServerController)(int head, const char *body, void *controller_handle);
@@ -31,339 +66,339 @@ extern "C" {
  this thread (`""` if none). Valid until the next failing call on the same
  thread; not cleared by successful calls.
  */
-const char *MXGetLastError(void);
+MXNET_DLL const char *MXGetLastError(void);
 
 /*
  Writes the MXNet version this library implements (10901).
  */
-int MXGetVersion(int *out);
+MXNET_DLL int MXGetVersion(int *out);
 
 /*
  Called by frontends at exit; nothing to do.
  */
-int MXNotifyShutdown(void);
+MXNET_DLL int MXNotifyShutdown(void);
 
 /*
  Records ps-lite environment variables (read before the process
  environment by the dist store and the node-role queries).
  */
-int MXInitPSEnv(uint32_t num_vars, const char **keys, const char **vals);
+MXNET_DLL int MXInitPSEnv(uint32_t num_vars, const char **keys, const char **vals);
 
 /*
  1 if `DMLC_ROLE` is `worker` or unset.
  */
-int MXKVStoreIsWorkerNode(int *ret);
+MXNET_DLL int MXKVStoreIsWorkerNode(int *ret);
 
 /*
  1 if `DMLC_ROLE` is `server`.
  */
-int MXKVStoreIsServerNode(int *ret);
+MXNET_DLL int MXKVStoreIsServerNode(int *ret);
 
 /*
  1 if `DMLC_ROLE` is `scheduler`.
  */
-int MXKVStoreIsSchedulerNode(int *ret);
+MXNET_DLL int MXKVStoreIsSchedulerNode(int *ret);
 
 /*
  libmxkv only: the numbers of live KVStore and NDArray handles, for leak
  checks in tests. Either pointer may be NULL.
  */
-int mxkv_live_handles(int *kvstores, int *ndarrays);
+MXNET_DLL int mxkv_live_handles(int *kvstores, int *ndarrays);
 
 /*
  Creates a store. `type` is matched by substring, as MXNet does:
  `dist…` (distributed), `nccl` (refused: no NCCL), anything else local,
  with device communication when it contains `device`.
  */
-int MXKVStoreCreate(const char *type_, KVStoreHandle *out);
+MXNET_DLL int MXKVStoreCreate(const char *type_, KVStoreHandle *out);
 
 /*
  Sets gradient compression from `num_params` key/value strings
  (`type`, `threshold`).
  */
-int MXKVStoreSetGradientCompression(KVStoreHandle handle, uint32_t num_params, const char **keys, const char **vals);
+MXNET_DLL int MXKVStoreSetGradientCompression(KVStoreHandle handle, uint32_t num_params, const char **keys, const char **vals);
 
 /*
  Frees a store. NULL is accepted (as in MXNet); a stale handle is an error.
  Values already pulled stay valid; calls in flight on other threads finish.
  */
-int MXKVStoreFree(KVStoreHandle handle);
+MXNET_DLL int MXKVStoreFree(KVStoreHandle handle);
 
 /*
  Initialises `num` int keys with copies of `vals`. All or nothing.
  */
-int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals);
+MXNET_DLL int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals);
 
 /*
  Initialises `num` string keys with copies of `vals`. All or nothing.
  */
-int MXKVStoreInitEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals);
+MXNET_DLL int MXKVStoreInitEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals);
 
 /*
  Pushes `num` values; values of one key are summed, then applied by the
  updater (default: assign). The values are copied, never kept.
  */
-int MXKVStorePush(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, int priority);
+MXNET_DLL int MXKVStorePush(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, int priority);
 
 /*
  String-key form of [`MXKVStorePush`].
  */
-int MXKVStorePushEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, int priority);
+MXNET_DLL int MXKVStorePushEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, int priority);
 
 /*
  Pulls into `num` preallocated outputs (any dtype; converted). With
  `ignore_sparse`, sparse outputs are skipped.
  */
-int MXKVStorePullWithSparse(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, int priority, bool ignore_sparse);
+MXNET_DLL int MXKVStorePullWithSparse(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, int priority, bool ignore_sparse);
 
 /*
  String-key form of [`MXKVStorePullWithSparse`].
  */
-int MXKVStorePullWithSparseEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, int priority, bool ignore_sparse);
+MXNET_DLL int MXKVStorePullWithSparseEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, int priority, bool ignore_sparse);
 
 /*
  [`MXKVStorePullWithSparse`] with `ignore_sparse = true`.
  */
-int MXKVStorePull(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, int priority);
+MXNET_DLL int MXKVStorePull(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, int priority);
 
 /*
  [`MXKVStorePullWithSparseEx`] with `ignore_sparse = true`.
  */
-int MXKVStorePullEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, int priority);
+MXNET_DLL int MXKVStorePullEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, int priority);
 
 /*
  Pulls the rows `row_ids[i]` of row_sparse keys into row_sparse outputs.
  */
-int MXKVStorePullRowSparse(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, const NDArrayHandle *row_ids, int priority);
+MXNET_DLL int MXKVStorePullRowSparse(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals, const NDArrayHandle *row_ids, int priority);
 
 /*
  String-key form of [`MXKVStorePullRowSparse`].
  */
-int MXKVStorePullRowSparseEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, const NDArrayHandle *row_ids, int priority);
+MXNET_DLL int MXKVStorePullRowSparseEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals, const NDArrayHandle *row_ids, int priority);
 
 /*
  Init `vkeys` with `vals`, then pull `okeys` into `outs`. All or nothing.
  */
-int MXKVStoreBroadcast(KVStoreHandle handle, mx_uint vnum, const int *vkeys, mx_uint onum, const int *okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
+MXNET_DLL int MXKVStoreBroadcast(KVStoreHandle handle, mx_uint vnum, const int *vkeys, mx_uint onum, const int *okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
 
 /*
  String-key form of [`MXKVStoreBroadcast`].
  */
-int MXKVStoreBroadcastEx(KVStoreHandle handle, mx_uint vnum, const char **vkeys, mx_uint onum, const char **okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
+MXNET_DLL int MXKVStoreBroadcastEx(KVStoreHandle handle, mx_uint vnum, const char **vkeys, mx_uint onum, const char **okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
 
 /*
  Push `vals` to `vkeys`, then pull `okeys` into `outs` (which may be the
  pushed arrays). The outputs are checked before anything is pushed.
  */
-int MXKVStorePushPull(KVStoreHandle handle, mx_uint vnum, const int *vkeys, mx_uint onum, const int *okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
+MXNET_DLL int MXKVStorePushPull(KVStoreHandle handle, mx_uint vnum, const int *vkeys, mx_uint onum, const int *okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
 
 /*
  String-key form of [`MXKVStorePushPull`].
  */
-int MXKVStorePushPullEx(KVStoreHandle handle, mx_uint vnum, const char **vkeys, mx_uint onum, const char **okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
+MXNET_DLL int MXKVStorePushPullEx(KVStoreHandle handle, mx_uint vnum, const char **vkeys, mx_uint onum, const char **okeys, NDArrayHandle *vals, NDArrayHandle *outs, int priority);
 
 /*
  Sets the int-key updater; it replaces any earlier updater. On a
  string-keyed store it is called with internal ids (registration order).
  */
-int MXKVStoreSetUpdater(KVStoreHandle handle, MXKVStoreUpdater updater, void *updater_handle);
+MXNET_DLL int MXKVStoreSetUpdater(KVStoreHandle handle, MXKVStoreUpdater updater, void *updater_handle);
 
 /*
  Sets both updaters. `str_updater` may be NULL: string keys then reach
  `updater` as internal ids.
  */
-int MXKVStoreSetUpdaterEx(KVStoreHandle handle, MXKVStoreUpdater updater, MXKVStoreStrUpdater str_updater, void *updater_handle);
+MXNET_DLL int MXKVStoreSetUpdaterEx(KVStoreHandle handle, MXKVStoreUpdater updater, MXKVStoreStrUpdater str_updater, void *updater_handle);
 
 /*
  The store's type string (lower-cased), valid until `MXKVStoreFree`.
  */
-int MXKVStoreGetType(KVStoreHandle handle, const char **type_);
+MXNET_DLL int MXKVStoreGetType(KVStoreHandle handle, const char **type_);
 
 /*
  This node's rank (0 for local stores).
  */
-int MXKVStoreGetRank(KVStoreHandle handle, int *ret);
+MXNET_DLL int MXKVStoreGetRank(KVStoreHandle handle, int *ret);
 
 /*
  The number of workers (1 for local stores).
  */
-int MXKVStoreGetGroupSize(KVStoreHandle handle, int *ret);
+MXNET_DLL int MXKVStoreGetGroupSize(KVStoreHandle handle, int *ret);
 
 /*
  Waits until all workers reach the barrier (no-op for local stores).
  */
-int MXKVStoreBarrier(KVStoreHandle handle);
+MXNET_DLL int MXKVStoreBarrier(KVStoreHandle handle);
 
 /*
  Whether workers meet at a barrier before exit (dist stores).
  */
-int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_before_exit);
+MXNET_DLL int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_before_exit);
 
 /*
  Runs the server loop (dist servers); local stores return at once.
  */
-int MXKVStoreRunServer(KVStoreHandle handle, MXKVStoreServerController controller, void *controller_handle);
+MXNET_DLL int MXKVStoreRunServer(KVStoreHandle handle, MXKVStoreServerController controller, void *controller_handle);
 
 /*
  Sends a command to the servers (no-op for local stores).
  */
-int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char *cmd_body);
+MXNET_DLL int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char *cmd_body);
 
 /*
  The number of dead nodes in `node_id`'s group (0 for local stores).
  */
-int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int timeout_sec);
+MXNET_DLL int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int timeout_sec DEFAULT(60));
 
 /*
  A handle with no shape and no storage.
  */
-int MXNDArrayCreateNone(NDArrayHandle *out);
+MXNET_DLL int MXNDArrayCreateNone(NDArrayHandle *out);
 
 /*
  A float32 array (zero-filled; `delay_alloc` is accepted and ignored).
  */
-int MXNDArrayCreate(const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayCreate(const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, NDArrayHandle *out);
 
 /*
  An array of `dtype` (mshadow code 0–12), zero-filled.
  */
-int MXNDArrayCreateEx(const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayCreateEx(const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, NDArrayHandle *out);
 
 /*
  [`MXNDArrayCreateEx`] with 64-bit dims.
  */
-int MXNDArrayCreateEx64(const int64_t *shape, int ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayCreateEx64(const int64_t *shape, int ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, NDArrayHandle *out);
 
 /*
  A sparse array: `storage_type` 1 (row_sparse: one int64 aux array, the
  row indices, of shape `{nnz}`) or 2 (csr: int64 indptr and indices).
  The parts are zero-filled; fill them with `MXNDArraySyncCopyFromNDArray`.
  */
-int MXNDArrayCreateSparseEx(int storage_type, const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, uint32_t num_aux, int *aux_type, uint32_t *aux_ndims, const uint32_t *aux_shape, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayCreateSparseEx(int storage_type, const uint32_t *shape, uint32_t ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, uint32_t num_aux, int *aux_type, uint32_t *aux_ndims, const uint32_t *aux_shape, NDArrayHandle *out);
 
 /*
  [`MXNDArrayCreateSparseEx`] with 64-bit dims.
  */
-int MXNDArrayCreateSparseEx64(int storage_type, const int64_t *shape, int ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, uint32_t num_aux, int *aux_type, int *aux_ndims, const int64_t *aux_shape, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayCreateSparseEx64(int storage_type, const int64_t *shape, int ndim, int dev_type, int dev_id, int _delay_alloc, int dtype, uint32_t num_aux, int *aux_type, int *aux_ndims, const int64_t *aux_shape, NDArrayHandle *out);
 
 /*
  Copies `size` elements from `data` into the array (`size` must equal the
  array's element count).
  */
-int MXNDArraySyncCopyFromCPU(NDArrayHandle handle, const void *data, size_t size);
+MXNET_DLL int MXNDArraySyncCopyFromCPU(NDArrayHandle handle, const void *data, size_t size);
 
 /*
  Copies the array into `data` (`size` elements).
  */
-int MXNDArraySyncCopyToCPU(NDArrayHandle handle, void *data, size_t size);
+MXNET_DLL int MXNDArraySyncCopyToCPU(NDArrayHandle handle, void *data, size_t size);
 
 /*
  Copies `src` into `dst` (`i == -1`: the data; aux arrays are for sparse
  arrays). Shapes must match; the dtype is converted.
  */
-int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst, NDArrayHandle handle_src, int i);
+MXNET_DLL int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst, NDArrayHandle handle_src, int i);
 
 /*
  The shape as `uint32_t` dims, in a buffer valid until the next shape call
  on this thread.
  */
-int MXNDArrayGetShape(NDArrayHandle handle, uint32_t *out_dim, const uint32_t **out_pdata);
+MXNET_DLL int MXNDArrayGetShape(NDArrayHandle handle, uint32_t *out_dim, const uint32_t **out_pdata);
 
 /*
  The shape as `int` dims.
  */
-int MXNDArrayGetShapeEx(NDArrayHandle handle, int *out_dim, const int **out_pdata);
+MXNET_DLL int MXNDArrayGetShapeEx(NDArrayHandle handle, int *out_dim, const int **out_pdata);
 
 /*
  The shape as `int64_t` dims.
  */
-int MXNDArrayGetShapeEx64(NDArrayHandle handle, int *out_dim, const int64_t **out_pdata);
+MXNET_DLL int MXNDArrayGetShapeEx64(NDArrayHandle handle, int *out_dim, const int64_t **out_pdata);
 
 /*
  The dtype code (0–12).
  */
-int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
+MXNET_DLL int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
 
 /*
  The context (device type and id).
  */
-int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
+MXNET_DLL int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
 
 /*
  The storage type: -1 undefined, 0 dense, 1 row_sparse, 2 csr.
  */
-int MXNDArrayGetStorageType(NDArrayHandle handle, int *out_storage_type);
+MXNET_DLL int MXNDArrayGetStorageType(NDArrayHandle handle, int *out_storage_type);
 
 /*
  The address of a dense array's data, valid while any handle to the array
  lives. Writes through it bypass the library's locks: do not write while
  another thread uses the array.
  */
-int MXNDArrayGetData(NDArrayHandle handle, void **out_pdata);
+MXNET_DLL int MXNDArrayGetData(NDArrayHandle handle, void **out_pdata);
 
 /*
  Waits for pending writes: every operation completes before its call
  returns, so this only checks the handle.
  */
-int MXNDArrayWaitToRead(NDArrayHandle handle);
+MXNET_DLL int MXNDArrayWaitToRead(NDArrayHandle handle);
 
 /*
  Waits for pending reads and writes (see [`MXNDArrayWaitToRead`]).
  */
-int MXNDArrayWaitToWrite(NDArrayHandle handle);
+MXNET_DLL int MXNDArrayWaitToWrite(NDArrayHandle handle);
 
 /*
  Waits for all pending operations.
  */
-int MXNDArrayWaitAll(void);
+MXNET_DLL int MXNDArrayWaitAll(void);
 
 /*
  The dtype of aux array `i` (sparse arrays: 6, int64).
  */
-int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *out_type);
+MXNET_DLL int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *out_type);
 
 /*
  [`MXNDArrayGetAuxType`] with a 64-bit index.
  */
-int MXNDArrayGetAuxType64(NDArrayHandle handle, int64_t i, int *out_type);
+MXNET_DLL int MXNDArrayGetAuxType64(NDArrayHandle handle, int64_t i, int *out_type);
 
 /*
  A new handle on aux array `i` of a sparse array (it shares the storage
  until an operation replaces the array's parts).
  */
-int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *out);
 
 /*
  [`MXNDArrayGetAuxNDArray`] with a 64-bit index.
  */
-int MXNDArrayGetAuxNDArray64(NDArrayHandle handle, int64_t i, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayGetAuxNDArray64(NDArrayHandle handle, int64_t i, NDArrayHandle *out);
 
 /*
  Checks a sparse array's indices (`full_check`: sorted, unique, in range).
  */
-int MXNDArraySyncCheckFormat(NDArrayHandle handle, bool full_check);
+MXNET_DLL int MXNDArraySyncCheckFormat(NDArrayHandle handle, bool full_check);
 
 /*
  A new handle sharing the array's data.
  */
-int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
+MXNET_DLL int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
 
 /*
  Saves arrays (and names, unless `keys` is NULL) in MXNet's `.params` format.
  */
-int MXNDArraySave(const char *fname, uint32_t num_args, NDArrayHandle *args, const char **keys);
+MXNET_DLL int MXNDArraySave(const char *fname, uint32_t num_args, NDArrayHandle *args, const char **keys);
 
 /*
  Loads a `.params` file. The arrays are new handles the caller frees; the
  handle and name arrays stay valid until the next load on this thread.
  */
-int MXNDArrayLoad(const char *fname, uint32_t *out_size, NDArrayHandle **out_arr, uint32_t *out_name_size, const char ***out_names);
+MXNET_DLL int MXNDArrayLoad(const char *fname, uint32_t *out_size, NDArrayHandle **out_arr, uint32_t *out_name_size, const char ***out_names);
 
 /*
  Frees a handle. Other handles on the same array stay valid. NULL is
  accepted; a stale or foreign handle is an error.
  */
-int MXNDArrayFree(NDArrayHandle handle);
+MXNET_DLL int MXNDArrayFree(NDArrayHandle handle);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,0 +1,42 @@
+# mk/install.mk — installing libmxkv for C and C++ users (included from the Makefile).
+#
+#   make install   [PREFIX=/usr/local] [DESTDIR=]   lib/libmxkv.so.0 (+ libmxkv.so link, libmxkv.a),
+#                  include/mxkv/c_api.h, include/mxnet/c_api.h, lib/pkgconfig/libmxkv.pc
+#   make uninstall [PREFIX=...]                      removes exactly those files
+#   make install-check   installs into a temporary prefix, builds ctests/install/mxnet_program.c
+#                        with `pkg-config --cflags --libs libmxkv` only (gcc C11 and g++ C++17,
+#                        -Wall -Werror), runs both, links it statically too, uninstalls, and
+#                        checks that nothing is left behind; then links the same program straight
+#                        against target/release (the soname link cargo's build stages there)
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+LIBDIR_I   := $(PREFIX)/lib
+INCDIR_I   := $(PREFIX)/include
+PCDIR_I    := $(LIBDIR_I)/pkgconfig
+VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# `cargo rustc -- --print native-static-libs` lists these for libmxkv.a (libstdc++ for libzmq).
+PRIVATE_LIBS := -lstdc++ -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+INSTALLED  := $(LIBDIR_I)/libmxkv.so.0 $(LIBDIR_I)/libmxkv.so $(LIBDIR_I)/libmxkv.a \
+              $(INCDIR_I)/mxkv/c_api.h $(INCDIR_I)/mxnet/c_api.h $(PCDIR_I)/libmxkv.pc
+
+.PHONY: install uninstall install-check
+
+install: build
+	install -d $(DESTDIR)$(LIBDIR_I) $(DESTDIR)$(INCDIR_I)/mxkv $(DESTDIR)$(INCDIR_I)/mxnet $(DESTDIR)$(PCDIR_I)
+	install -m 755 $(SO) $(DESTDIR)$(LIBDIR_I)/libmxkv.so.0
+	ln -sf libmxkv.so.0 $(DESTDIR)$(LIBDIR_I)/libmxkv.so
+	install -m 644 target/release/libmxkv.a $(DESTDIR)$(LIBDIR_I)/libmxkv.a
+	install -m 644 include/mxkv/c_api.h $(DESTDIR)$(INCDIR_I)/mxkv/c_api.h
+	install -m 644 include/mxnet/c_api.h $(DESTDIR)$(INCDIR_I)/mxnet/c_api.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR_I)|' -e 's|@INCLUDEDIR@|$(INCDIR_I)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PRIVATE_LIBS@|$(PRIVATE_LIBS)|' mk/libmxkv.pc.in \
+	    > $(DESTDIR)$(PCDIR_I)/libmxkv.pc
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(INCDIR_I)/mxkv $(DESTDIR)$(INCDIR_I)/mxnet $(DESTDIR)$(PCDIR_I) 2>/dev/null
+
+install-check: build
+	bash ctests/install/check.sh
