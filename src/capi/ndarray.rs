@@ -681,10 +681,7 @@ pub unsafe extern "C" fn MXNDArrayLoad(
         {
             return Err(Error::new("an output pointer is NULL"));
         }
-        let path = Path::new(OsStr::from_bytes(path));
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-        let (arrays, names) = params::load(&bytes)?;
+        let (arrays, names) = params::load_file(Path::new(OsStr::from_bytes(path)))?;
         let names = names
             .into_iter()
             .map(|n| {

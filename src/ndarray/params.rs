@@ -1,10 +1,23 @@
 //! MXNet's `.params` file format (`MXNDArraySave` / `MXNDArrayLoad`), dense
-//! arrays. Little-endian throughout:
+//! and sparse arrays. Little-endian throughout:
 //! list magic `0x112` (u64), reserved (u64), count (u64), the arrays, then the
 //! names (u64 count, each u64 length + bytes).
 //! One array (V2): magic `0xF993FAC9` (u32), storage type (i32), shape (i32
 //! ndim + i64 dims; none arrays stop here), context (i32 type, i32 id),
-//! dtype (i32), raw data.
+//! dtype (i32), raw data. A sparse array (storage type 1 row_sparse, 2 csr)
+//! has its storage shape before the shape, the aux types and shapes after
+//! the dtype, and its aux arrays' data after its own.
+//!
+//! Loading streams: every size read from the file is checked against the
+//! bytes the file still holds before anything is allocated for it (MXNet
+//! 1.9.1's `NDArray::Load` reads field by field too, and fails after 8 bytes
+//! on a wrong magic). A source of unknown length (a pipe, a character
+//! device) has nothing to check a size against, so there every buffer grows
+//! with the bytes actually read, in chunks, never to a size the file claims.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
 
 use super::dtype::DType;
 use super::{Context, NDArray, Shape, StorageType};
@@ -81,76 +94,176 @@ fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
     Ok(())
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// Step by which a buffer grows while reading a source of unknown length.
+const CHUNK: usize = 1 << 20;
+
+/// A `.params` stream: `len` is the source's total length when it has one
+/// (a regular file, a byte slice), `None` for pipes and devices.
+struct Reader<R> {
+    src: R,
+    pos: u64,
+    len: Option<u64>,
+    /// Names the source in read errors.
+    name: String,
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let Some(end) = end else {
-            bail!(
-                "Invalid NDArray file format: truncated at byte {} (wanted {n} more bytes)",
-                self.pos
-            )
-        };
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
+impl<R: Read> Reader<R> {
+    /// Fills `buf` from the source: the end of the source is a truncated
+    /// file, any other failure names the source.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<()> {
+        match self.src.read_exact(buf) {
+            Ok(()) => {
+                self.pos += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => bail!(
+                "Invalid NDArray file format: truncated at byte {} (wanted {} more bytes)",
+                self.pos,
+                buf.len()
+            ),
+            Err(e) => bail!("cannot read {}: {e}", self.name),
+        }
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut b = [0; N];
+        self.fill(&mut b)?;
+        Ok(b)
     }
     fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        Ok(u64::from_le_bytes(self.array()?))
     }
     fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        Ok(u32::from_le_bytes(self.array()?))
     }
     fn i32(&mut self) -> Result<i32> {
-        Ok(i32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        Ok(i32::from_le_bytes(self.array()?))
     }
     fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        Ok(i64::from_le_bytes(self.array()?))
     }
+    /// Bytes left in a source of known length.
+    fn left(&self) -> Option<u64> {
+        self.len.map(|l| l.saturating_sub(self.pos))
+    }
+    /// Whether `n` more bytes can be in the source (always, when its length
+    /// is unknown).
+    fn fits(&self, n: u64) -> bool {
+        self.left().is_none_or(|left| n <= left)
+    }
+    /// A shape: any ndim from -1 (unknown, read as no dims) up to what the
+    /// file holds, as MXNet's `TShape::Load`, which has no other bound.
     fn shape(&mut self) -> Result<Shape> {
         let ndim = self.i32()?;
+        ensure!(ndim >= -1, "Invalid NDArray file format: ndim {ndim}");
+        let ndim = ndim.max(0) as usize;
         ensure!(
-            (-1..=32).contains(&ndim),
-            "Invalid NDArray file format: ndim {ndim}"
+            self.fits(ndim as u64 * 8),
+            "Invalid NDArray file format: ndim {ndim} does not fit in the file"
         );
-        let dims = (0..ndim.max(0))
-            .map(|_| self.i64())
-            .collect::<Result<Vec<_>>>()?;
+        // Known length: bounded by the check above; unknown: by the dims read.
+        let mut dims = Vec::with_capacity(if self.len.is_some() { ndim } else { 0 });
+        for _ in 0..ndim {
+            dims.push(self.i64()?);
+        }
         Ok(Shape(dims))
     }
-    /// A count that must fit in the rest of the file (each item ≥ `min` bytes).
-    fn count(&mut self, min: usize) -> Result<usize> {
+    /// A count that must fit in the rest of the file (each item ≥ `min`
+    /// bytes), and the capacity to reserve for its items.
+    fn count(&mut self, min: u64) -> Result<(u64, usize)> {
         let n = self.u64()?;
-        let left = (self.buf.len() - self.pos) as u64;
         ensure!(
-            n.saturating_mul(min as u64) <= left,
+            self.fits(n.saturating_mul(min)),
             "Invalid NDArray file format: count {n} does not fit in the file"
         );
-        Ok(n as usize)
+        let cap = match self.len {
+            Some(_) => n as usize, // ≤ the file's length / min
+            None => n.min(1024) as usize,
+        };
+        Ok((n, cap))
+    }
+    /// Reads `n` bytes into `out` (emptied first). With a known length, `n`
+    /// must fit in what is left, checked before allocating; otherwise `out`
+    /// grows with the bytes read (at most twice them, plus [`CHUNK`]).
+    fn take_into(&mut self, n: u64, what: &dyn Fn() -> String, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        let n = match (self.left(), usize::try_from(n)) {
+            (Some(left), Ok(n)) if n as u64 <= left => n,
+            (None, Ok(n)) => n,
+            _ => bail!(
+                "Invalid NDArray file format: {} needs {n} bytes, the file holds {} more",
+                what(),
+                self.left().map_or("fewer".into(), |l| l.to_string())
+            ),
+        };
+        if self.len.is_some() {
+            out.resize(n, 0);
+            return self.fill(out);
+        }
+        while out.len() < n {
+            let at = out.len();
+            let step = (n - at).min(at.max(CHUNK));
+            out.reserve_exact(step);
+            out.resize(at + step, 0);
+            self.fill(&mut out[at..])?;
+        }
+        Ok(())
+    }
+    fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.take_into(n, what, &mut out)?;
+        Ok(out)
+    }
+    /// Fills a dense array just allocated for bytes checked to fit.
+    fn fill_array(&mut self, a: &NDArray) -> Result<()> {
+        self.fill(a.write().bytes_mut())
     }
 }
 
 /// Parses `.params` bytes into arrays and names.
 pub fn load(bytes: &[u8]) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
-    let mut r = Reader { buf: bytes, pos: 0 };
-    let header = r.u64().map_err(|_| invalid())?;
+    load_from(bytes, Some(bytes.len() as u64), "the buffer")
+}
+
+/// Loads a `.params` file, streaming it: a regular file's length bounds
+/// every size read from it; other files (pipes, devices) are read as they
+/// come, with buffers that grow with the bytes read.
+pub fn load_file(path: &Path) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+    let cannot = |e: io::Error| Error::new(format!("cannot read {}: {e}", path.display()));
+    let file = File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    let len = meta.is_file().then(|| meta.len());
+    load_from(BufReader::new(file), len, &path.display().to_string())
+}
+
+/// Parses a `.params` stream of `len` bytes (`None`: unknown) from `src`;
+/// `name` names the source in read errors.
+pub fn load_from<R: Read>(
+    src: R,
+    len: Option<u64>,
+    name: &str,
+) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+    let mut r = Reader {
+        src,
+        pos: 0,
+        len,
+        name: name.to_string(),
+    };
+    let header = r.u64().map_err(|e| match e.message() {
+        m if m.starts_with("cannot read") => e,
+        _ => invalid(),
+    })?;
     ensure!(header == LIST_MAGIC, "{}", invalid().message());
     r.u64()?; // reserved
-    let n = r.count(12)?;
-    let mut arrays = Vec::with_capacity(n);
+    let (n, cap) = r.count(12)?;
+    let mut arrays = Vec::with_capacity(cap);
     for _ in 0..n {
         arrays.push(read_array(&mut r)?);
     }
-    let nn = r.count(8)?;
-    let mut names = Vec::with_capacity(nn);
-    for _ in 0..nn {
+    let (nn, cap) = r.count(8)?;
+    let mut names = Vec::with_capacity(cap);
+    for i in 0..nn {
         let len = r.u64()?;
-        let len = usize::try_from(len).map_err(|_| invalid())?;
-        names.push(r.take(len)?.to_vec());
+        names.push(r.take(len, &|| format!("name {i}"))?);
     }
     ensure!(
         names.is_empty() || names.len() == arrays.len(),
@@ -165,7 +278,7 @@ fn invalid() -> Error {
     Error::new("Check failed: header == kMXAPINDArrayListMagic: Invalid NDArray file format")
 }
 
-fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
+fn read_array<R: Read>(r: &mut Reader<R>) -> Result<NDArray> {
     let magic = r.u32()?;
     match magic {
         V2_MAGIC | V3_MAGIC => {}
@@ -193,21 +306,29 @@ fn read_array(r: &mut Reader<'_>) -> Result<NDArray> {
     r.i32()?;
     let ctx = Context::CPU0;
     let dtype = DType::from_code(r.i32()?)?;
-    let nbytes = byte_len(r, &shape, dtype)?;
-    let data = r.take(nbytes)?;
-    NDArray::from_bytes(shape, dtype, ctx, data)
+    let nbytes = byte_len(&shape, dtype)?;
+    ensure!(
+        r.fits(nbytes),
+        "Invalid NDArray file format: array of shape {shape} does not fit in the file"
+    );
+    if r.len.is_some() {
+        let a = NDArray::zeros(shape, dtype, ctx)?;
+        r.fill_array(&a)?;
+        return Ok(a);
+    }
+    let data = r.take(nbytes, &|| format!("array of shape {shape}"))?;
+    NDArray::from_bytes(shape, dtype, ctx, &data)
 }
 
-/// Bytes of an array of `shape` and `dtype`, bounded by what the file holds.
-fn byte_len(r: &Reader<'_>, shape: &Shape, dtype: DType) -> Result<usize> {
+/// Bytes of an array of `shape` and `dtype` (an error when they overflow).
+fn byte_len(shape: &Shape, dtype: DType) -> Result<u64> {
     for &d in shape.dims() {
         ensure!(d >= 0, "Invalid NDArray file format: dimension {d}");
     }
     shape
         .dims()
         .iter()
-        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
-        .filter(|&n| n <= r.buf.len() - r.pos)
+        .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d as u64))
         .ok_or_else(|| {
             Error::new(format!(
                 "Invalid NDArray file format: array of shape {shape} does not fit in the file"
@@ -215,7 +336,23 @@ fn byte_len(r: &Reader<'_>, shape: &Shape, dtype: DType) -> Result<usize> {
         })
 }
 
-fn read_sparse(r: &mut Reader<'_>, stype: i32) -> Result<NDArray> {
+/// The shape of a sparse array's data part, as [`NDArray::sparse_zeros`]
+/// makes it (`None` when the shapes are malformed: it then refuses them
+/// before allocating).
+fn data_shape(stype: StorageType, shape: &Shape, aux_shapes: &[Shape]) -> Option<Shape> {
+    match (stype, aux_shapes) {
+        (StorageType::RowSparse, [idx]) if idx.ndim() == 1 && shape.ndim() >= 1 => {
+            let rows = std::iter::once(idx.dims()[0]);
+            Some(Shape(
+                rows.chain(shape.dims()[1..].iter().copied()).collect(),
+            ))
+        }
+        (StorageType::Csr, [_, idx]) if idx.ndim() == 1 => Some(idx.clone()),
+        _ => None,
+    }
+}
+
+fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     let stype = if stype == 1 {
         StorageType::RowSparse
     } else {
@@ -237,24 +374,79 @@ fn read_sparse(r: &mut Reader<'_>, stype: i32) -> Result<NDArray> {
         aux_types.push(DType::from_code(r.i32()?)?);
         aux_shapes.push(r.shape()?);
     }
+    // Everything is checked before the parts are allocated: the storage
+    // shape must be the one the aux shapes give, and the data and aux bytes
+    // must fit in what the file holds.
+    if let Some(want) = data_shape(stype, &shape, &aux_shapes) {
+        ensure!(
+            want == storage_shape,
+            "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
+        );
+    }
+    let data_len = byte_len(&storage_shape, dtype)?;
+    let aux_lens = aux_shapes
+        .iter()
+        .zip(&aux_types)
+        .map(|(s, &t)| byte_len(s, t))
+        .collect::<Result<Vec<_>>>()?;
+    let total = aux_lens
+        .iter()
+        .try_fold(data_len, |acc, &n| acc.checked_add(n));
+    if let Some(left) = r.left() {
+        ensure!(
+            total.is_some_and(|t| t <= left),
+            "Invalid NDArray file format: {} array of shape {shape} with storage shape \
+             {storage_shape} needs {} bytes, the file holds {left} more",
+            stype_name(stype),
+            total.map_or("more".into(), |t| t.to_string())
+        );
+        let a = NDArray::sparse_zeros(stype, shape, dtype, Context::CPU0, &aux_types, &aux_shapes)?;
+        let parts = a.parts()?;
+        ensure!(
+            parts.data.shape() == &storage_shape,
+            "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
+        );
+        r.fill_array(&parts.data)?;
+        for aux in &parts.aux {
+            r.fill_array(aux)?;
+        }
+        return Ok(a);
+    }
+    // Unknown length: read every part first, allocate the array after.
+    let data = r.take(data_len, &|| {
+        format!("data of storage shape {storage_shape}")
+    })?;
+    let aux_data = aux_shapes
+        .iter()
+        .zip(aux_lens)
+        .map(|(s, n)| r.take(n, &|| format!("aux array of shape {s}")))
+        .collect::<Result<Vec<_>>>()?;
     let a = NDArray::sparse_zeros(stype, shape, dtype, Context::CPU0, &aux_types, &aux_shapes)?;
     let parts = a.parts()?;
     ensure!(
         parts.data.shape() == &storage_shape,
         "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
     );
-    let n = byte_len(r, &storage_shape, dtype)?;
-    parts.data.copy_from_bytes(r.take(n)?)?;
-    for aux in &parts.aux {
-        let n = byte_len(r, aux.shape(), aux.dtype())?;
-        aux.copy_from_bytes(r.take(n)?)?;
+    parts.data.copy_from_bytes(&data)?;
+    for (aux, bytes) in parts.aux.iter().zip(&aux_data) {
+        aux.copy_from_bytes(bytes)?;
     }
     Ok(a)
+}
+
+fn stype_name(stype: StorageType) -> &'static str {
+    match stype {
+        StorageType::RowSparse => "row_sparse",
+        StorageType::Csr => "csr",
+        _ => "dense",
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
 
     #[test]
     fn spec_example_is_157_bytes_and_round_trips() {
@@ -299,7 +491,10 @@ mod tests {
         assert_eq!(save(&arrays, &[]).unwrap(), bytes);
         for cut in 0..bytes.len() {
             assert!(load(&bytes[..cut]).is_err());
+            assert!(stream(&bytes[..cut]).is_err());
         }
+        let (arrays, _) = stream(&bytes).unwrap();
+        assert_eq!(save(&arrays, &[]).unwrap(), bytes);
     }
 
     #[test]
@@ -316,6 +511,276 @@ mod tests {
         let full = save(&[a], &[]).unwrap();
         for cut in 0..full.len() {
             assert!(load(&full[..cut]).is_err(), "prefix {cut} accepted");
+            assert!(
+                stream(&full[..cut]).is_err(),
+                "streamed prefix {cut} accepted"
+            );
         }
+    }
+
+    /// Loads `bytes` as a source of unknown length (a pipe).
+    fn stream(bytes: &[u8]) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+        load_from(bytes, None, "a pipe")
+    }
+
+    /// Counts the bytes read from the source below it.
+    struct Counting<R> {
+        inner: R,
+        read: Rc<Cell<u64>>,
+    }
+
+    impl<R: Read> Read for Counting<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read.set(self.read.get() + n as u64);
+            Ok(n)
+        }
+    }
+
+    /// A file in the temporary folder, removed when dropped.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn new(tag: &str) -> TempFile {
+            let name = format!("mxkv-params-{}-{tag}.params", std::process::id());
+            TempFile(std::env::temp_dir().join(name))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Loads `path` through a [`Counting`] reader, as `load_file` does.
+    fn load_counted(path: &Path) -> (Result<(Vec<NDArray>, Vec<Vec<u8>>)>, u64) {
+        let file = File::open(path).unwrap();
+        let len = file.metadata().unwrap().len();
+        let read = Rc::new(Cell::new(0));
+        let src = BufReader::new(Counting {
+            inner: file,
+            read: read.clone(),
+        });
+        let got = load_from(src, Some(len), "the file");
+        (got, read.get())
+    }
+
+    /// The 124-byte file of issue 9 (4.4): one row_sparse array claiming
+    /// 10^8 rows of two float32 (800 MB) and 10^8 int64 indices, then 24 bytes.
+    fn claims_800mb_of_rows() -> Vec<u8> {
+        let mut b = Vec::new();
+        let rows: u64 = 100_000_000;
+        for v in [LIST_MAGIC, 0, 1] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        b.extend_from_slice(&1i32.to_le_bytes()); // row_sparse
+        for _ in 0..2 {
+            // storage shape, then shape
+            b.extend_from_slice(&2i32.to_le_bytes());
+            b.extend_from_slice(&rows.to_le_bytes());
+            b.extend_from_slice(&2u64.to_le_bytes());
+        }
+        for v in [1i32, 0, 0, 6, 1] {
+            // context cpu(0), dtype float32, aux type int64, aux ndim 1
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&rows.to_le_bytes());
+        b.resize(124, 0);
+        b
+    }
+
+    #[test]
+    fn a_wrong_magic_stops_the_load_after_the_header() {
+        // 768 MiB of zeros, none of it written (a sparse file).
+        let tmp = TempFile::new("wrong-magic");
+        let file = File::create(&tmp.0).unwrap();
+        file.set_len(768 << 20).unwrap();
+        drop(file);
+        let (got, read) = load_counted(&tmp.0);
+        assert_eq!(got.unwrap_err(), invalid());
+        // One BufReader fill (8 KiB), not the file.
+        assert!(
+            read <= 64 << 10,
+            "{read} bytes read to refuse a wrong magic"
+        );
+        assert_eq!(load_file(&tmp.0).unwrap_err(), invalid());
+
+        // The same file behind a valid header, claiming 800 MB of rows: the
+        // claim is refused before the rows are read.
+        let bytes = claims_800mb_of_rows();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&tmp.0)
+            .unwrap();
+        std::io::Write::write_all(&mut file, &bytes[..100]).unwrap();
+        file.set_len(1 << 30).unwrap();
+        drop(file);
+        let (got, read) = load_counted(&tmp.0);
+        let msg = got.unwrap_err().message().to_string();
+        assert!(msg.contains("needs 1600000000 bytes"), "{msg}");
+        assert!(read <= 64 << 10, "{read} bytes read");
+
+        // An endless source of zeros (/dev/zero): refused after 8 bytes.
+        let read = Rc::new(Cell::new(0));
+        let src = Counting {
+            inner: io::repeat(0),
+            read: read.clone(),
+        };
+        assert_eq!(load_from(src, None, "zeros").unwrap_err(), invalid());
+        assert_eq!(read.get(), 8);
+    }
+
+    #[test]
+    fn sparse_sizes_are_checked_before_allocating() {
+        let bytes = claims_800mb_of_rows();
+        let msg = load(&bytes).unwrap_err().message().to_string();
+        assert_eq!(
+            msg,
+            "Invalid NDArray file format: row_sparse array of shape [100000000,2] with storage \
+             shape [100000000,2] needs 1600000000 bytes, the file holds 24 more"
+        );
+        // Of unknown length, the parts are read before the array is made:
+        // the 24 bytes there are, then the end.
+        let read = Rc::new(Cell::new(0));
+        let src = Counting {
+            inner: &bytes[..],
+            read: read.clone(),
+        };
+        let msg = load_from(src, None, "a pipe")
+            .unwrap_err()
+            .message()
+            .to_string();
+        assert!(msg.contains("truncated at byte 100"), "{msg}");
+        assert_eq!(read.get(), 124);
+
+        // A storage shape that disagrees with the shape: a tiny storage shape
+        // for rows of 2^38 float32 (1 TiB each) is refused before allocating.
+        let mut b = Vec::new();
+        for v in [LIST_MAGIC, 0, 1] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        b.extend_from_slice(&1i32.to_le_bytes());
+        for dims in [[1u64, 2], [1, 1 << 38]] {
+            b.extend_from_slice(&2i32.to_le_bytes());
+            for d in dims {
+                b.extend_from_slice(&d.to_le_bytes());
+            }
+        }
+        for v in [1i32, 0, 0, 6, 1] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&[0; 16]);
+        for got in [load(&b), stream(&b)] {
+            assert_eq!(
+                got.unwrap_err().message(),
+                "Invalid NDArray file format: storage shape [1,2] does not match the aux shapes"
+            );
+        }
+
+        // Counts and name lengths beyond the file.
+        let a = NDArray::zeros(Shape(vec![2]), DType::F32, Context::CPU0).unwrap();
+        let good = save(&[a], &[b"a".to_vec()]).unwrap();
+        let mut bad = good.clone();
+        bad[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let msg = load(&bad).unwrap_err().message().to_string();
+        assert!(msg.contains("count 1099511627776 does not fit"), "{msg}");
+        let mut bad = good.clone();
+        let at = good.len() - 9; // the name's length
+        bad[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let msg = load(&bad).unwrap_err().message().to_string();
+        assert!(msg.contains("name 0 needs 1099511627776 bytes"), "{msg}");
+        let msg = stream(&bad).unwrap_err().message().to_string();
+        assert!(msg.contains("truncated"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_lengths_grow_buffers_with_the_bytes_read() {
+        let mut r = Reader {
+            src: io::repeat(0).take((5 << 20) + 3),
+            pos: 0,
+            len: None,
+            name: "a pipe".into(),
+        };
+        let mut out = Vec::new();
+        let err = r
+            .take_into(1 << 40, &|| "rows".into(), &mut out)
+            .unwrap_err();
+        assert!(err.message().contains("truncated"), "{}", err.message());
+        // 1, 2, 4 MiB filled, then room for 8 MiB: never the 1 TiB claimed.
+        assert_eq!(r.pos, 4 << 20);
+        assert!(
+            out.capacity() <= 2 * (5 << 20) + CHUNK,
+            "{}",
+            out.capacity()
+        );
+        // A claim the source holds is read whole.
+        let mut r = Reader {
+            src: io::repeat(7).take(1 << 22),
+            pos: 0,
+            len: None,
+            name: "a pipe".into(),
+        };
+        r.take_into((3 << 20) + 1, &|| "rows".into(), &mut out)
+            .unwrap();
+        assert_eq!(out.len(), (3 << 20) + 1);
+        assert!(out.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn any_ndim_round_trips() {
+        for ndim in [33, 40, 1000] {
+            let mut dims = vec![1i64; ndim];
+            dims[3] = 2;
+            dims[ndim - 1] = 3;
+            let vals: Vec<f32> = (0..6).map(|i| i as f32 * 1.5).collect();
+            let a = NDArray::from_bytes(
+                Shape(dims.clone()),
+                DType::F32,
+                Context::CPU0,
+                bytemuck::cast_slice(&vals),
+            )
+            .unwrap();
+            let bytes = save(&[a], &[b"deep".to_vec()]).unwrap();
+            assert_eq!(bytes.len(), 24 + 4 + 4 + 4 + 8 * ndim + 12 + 24 + 8 + 8 + 4);
+            for (arrays, names) in [load(&bytes).unwrap(), stream(&bytes).unwrap()] {
+                assert_eq!(names, vec![b"deep".to_vec()]);
+                assert_eq!(arrays[0].shape().dims(), &dims[..]);
+                assert_eq!(arrays[0].read().typed::<f32>(), &vals[..]);
+            }
+            // row_sparse of as many dims
+            let mut rows = dims.clone();
+            rows[0] = 2;
+            let data = NDArray::from_bytes(
+                Shape(rows),
+                DType::F32,
+                Context::CPU0,
+                bytemuck::cast_slice(&[vals.clone(), vals.clone()].concat()),
+            )
+            .unwrap();
+            dims[0] = 5;
+            let r = NDArray::row_sparse(Shape(dims.clone()), Context::CPU0, data, &[1, 4]).unwrap();
+            let bytes = save(&[r], &[]).unwrap();
+            for (arrays, _) in [load(&bytes).unwrap(), stream(&bytes).unwrap()] {
+                assert_eq!(arrays[0].shape().dims(), &dims[..]);
+                assert_eq!(arrays[0].rsp_indices().unwrap(), vec![1, 4]);
+                assert_eq!(save(&arrays, &[]).unwrap(), bytes);
+            }
+        }
+        // An ndim is bounded only by the bytes the file holds.
+        let a = NDArray::zeros(Shape(vec![4]), DType::F64, Context::CPU0).unwrap();
+        let mut bytes = save(&[a], &[]).unwrap();
+        bytes[32..36].copy_from_slice(&(1i32 << 30).to_le_bytes());
+        let msg = load(&bytes).unwrap_err().message().to_string();
+        assert_eq!(
+            msg,
+            "Invalid NDArray file format: ndim 1073741824 does not fit in the file"
+        );
+        assert!(stream(&bytes).unwrap_err().message().contains("truncated"));
+        bytes[32..36].copy_from_slice(&(-2i32).to_le_bytes());
+        assert!(load(&bytes).unwrap_err().message().contains("ndim -2"));
     }
 }
