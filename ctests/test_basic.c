@@ -1,7 +1,7 @@
 /*
  * Happy paths through the C API: every KVStore and NDArray entry point at
- * least once, with the behaviour of ../shared/spec/kvstore-local.md §1–§13
- * and the NDArray table. Every handle made here is freed; the live-handle
+ * least once, with the behaviour README.md describes (MXNet 1.9.1's, or a
+ * listed deviation), and the NDArray table. Every handle made here is freed; the live-handle
  * counts (mxkv_live_handles) are back at their starting values at the end.
  *
  * Built and run by `make ctest` (also ctest-asan, ctest-valgrind). By hand,
