@@ -158,9 +158,74 @@ class KVStoreBase(object):
         return klass
 
 
+@KVStoreBase.register
+class TestStore(KVStoreBase):
+    """The pure-Python store MXNet 1.9.1 registers for its tests (``create('teststore')``).
+
+    It keeps nothing: ``broadcast`` copies the value into the outputs, ``pushpull`` sums
+    the values (on the first value's context) into the outputs, or back into the values
+    when no output is given.  It cannot run an optimizer: ``is_capable('optimizer')``
+    is False and the optimizer methods raise NotImplementedError.
+    """
+
+    def broadcast(self, key, value, out, priority=0):
+        """Copy `value` into `out` (an NDArray or a list of them)."""
+        for dst in (out if isinstance(out, list) else [out]):
+            dst[:] = value
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """Sum the values of a list (one NDArray alone is its own sum) into `out`, or into
+        every value when `out` is None; a single NDArray without `out` is left as it is."""
+        if isinstance(value, NDArray):
+            total = value
+            targets = [] if out is None else out
+        else:
+            ctx = value[0].context
+            # sum() starts from 0, as MXNet's TestStore does: 0 + v turns -0.0 into 0.0
+            total = sum(val.as_in_context(ctx) for val in value)
+            targets = value if out is None else out
+        for dst in (targets if isinstance(targets, list) else [targets]):
+            dst[:] = total
+
+    @staticmethod
+    def is_capable(capability):
+        """Only 'optimizer' is known, and this store has no optimizer support."""
+        if capability.lower() == KVStoreBase.OPTIMIZER:
+            return False
+        raise ValueError('Unknown capability: {}'.format(capability))
+
+    @property
+    def type(self):
+        """'teststore'"""
+        return 'teststore'
+
+    @property
+    def rank(self):
+        """always 0"""
+        return 0
+
+    @property
+    def num_workers(self):
+        """always 1"""
+        return 1
+
+    def set_optimizer(self, optimizer):
+        """Not supported: raises NotImplementedError."""
+        raise NotImplementedError()
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Not supported: raises NotImplementedError."""
+        raise NotImplementedError()
+
+    def load_optimizer_states(self, fname):
+        """Not supported: raises NotImplementedError."""
+        raise NotImplementedError()
+
+
 def create(name='local'):
-    """Create a KVStore: 'local', 'device', ... (the library decides what a name means;
-    'dist*' stores need a parameter-server cluster)."""
+    """Create a KVStore: a store registered with :meth:`KVStoreBase.register` under
+    `name` (lower case; MXNet's ``teststore`` is one), else the library's store
+    ('local', 'device', ...; 'dist*' stores need a parameter-server cluster)."""
     if not isinstance(name, string_types):
         raise TypeError('name must be a string')
     name = name.lower()
