@@ -161,3 +161,25 @@ def test_kv_init_row_sparse_keeps_every_dim(mxkv):
     small = mx.nd.sparse.zeros('row_sparse', (5, 1), dtype='uint8')
     with pytest.raises(mx.base.MXNetError):
         kv.row_sparse_pull('emb', out=small, row_ids=mx.nd.array([0], dtype='int64'))
+
+
+@pytest.mark.parametrize('shape', [(2.7, 3), (2.0, 3), (True, 2), (np.float32(2),), 2.5])
+@pytest.mark.parametrize('make', ['zeros', 'empty', 'sparse.zeros', 'row_sparse_array'])
+def test_non_integer_dims_are_refused(mxkv, shape, make):
+    """int() used to truncate 2.7 to 2 (MXNet refuses float and bool dims)"""
+    mx = mxkv
+    with pytest.raises(TypeError):
+        if make == 'zeros':
+            mx.nd.zeros(shape)
+        elif make == 'empty':
+            mx.nd.empty(shape)
+        elif make == 'sparse.zeros':
+            mx.nd.sparse.zeros('row_sparse', shape)
+        else:
+            mx.nd.sparse.row_sparse_array(([[1.0] * 3], [0]), shape=(3, 3.5))
+
+
+def test_numpy_integer_dims_are_accepted(mxkv):
+    arr = mxkv.nd.zeros((np.int64(2), np.uint32(3)))
+    assert arr.shape == (2, 3) and all(type(d) is int for d in arr.shape)
+    assert mxkv.nd.sparse.zeros('row_sparse', (np.int32(4), 2)).shape == (4, 2)

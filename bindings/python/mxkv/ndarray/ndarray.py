@@ -9,6 +9,7 @@ convert them (string round trip through dmlc's parser, then cast to the
 array's dtype), so results are bit-identical to MXNet's float32 kernels.
 """
 import ctypes
+import operator
 import warnings
 
 import numpy as np
@@ -89,9 +90,21 @@ _UINT32_MAX = (1 << 32) - 1
 _INT64_MAX = (1 << 63) - 1
 
 
+def _dim(value):
+    """one dimension as a Python int: ints and numpy ints only (MXNet refuses floats and
+    bools; int() would truncate 2.7 to 2)"""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError('a shape dimension must be an integer, not %r' % (value,))
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError('a shape dimension must be an integer, not %s %r'
+                        % (type(value).__name__, value))
+
+
 def _check_dims(shape, what='shape'):
     """`shape` (ints) as a tuple of Python ints in [0, 2**63); True if all fit in uint32."""
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(_dim(s) for s in shape)
     for dim in shape:
         if dim < 0:
             raise MXKVUsageError('negative dimension in %s %s' % (what, shape))
@@ -130,9 +143,9 @@ def _new_alloc_handle(shape, ctx, delay_alloc, dtype):
 
 
 def _shape_tuple(shape):
-    if isinstance(shape, integer_types):
-        return (int(shape),)
-    return tuple(int(s) for s in shape)
+    if isinstance(shape, integer_types) and not isinstance(shape, (bool, np.bool_)):
+        return (_dim(shape),)
+    return tuple(_dim(s) for s in shape)
 
 
 class NDArray(object):

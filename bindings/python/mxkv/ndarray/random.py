@@ -21,7 +21,7 @@ import numpy as np
 
 from ..base import MXNetError, MXKVUsageError, integer_types, numeric_types, _Null
 from ..context import Context, current_context
-from .ndarray import NDArray, empty, array, _shape_tuple
+from .ndarray import NDArray, array, _shape_tuple
 
 __all__ = ['uniform', 'normal', 'randn', 'randint', 'seed']
 
