@@ -347,6 +347,15 @@ class _Output(object):
     def close(self, timeout):
         self.messages.put(None)
         self.writer.join(timeout)
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):   # a closed pipe: no complaint at interpreter exit
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
 
 
 def _pump(pipe, prefix, out, err):
@@ -501,8 +510,10 @@ class Job(object):
 
     # -- main loop
     def run(self):
-        handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        old = {s: signal.signal(s, self._on_signal) for s in handled}
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                old[s] = signal.signal(s, self._on_signal)
         try:
             return self._run()
         finally:
@@ -592,6 +603,9 @@ def main(argv=None):
     """Console entry point ``mxkv-launch``; returns the exit status."""
     if argv is None:
         argv = sys.argv[1:]
+    if os.name != 'posix':
+        sys.stderr.write('%s: error: needs a POSIX system (process groups)\n' % PROG)
+        return EXIT_USAGE
     try:
         args = parse_args(argv)
     except UsageError as e:
