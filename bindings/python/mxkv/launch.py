@@ -35,9 +35,12 @@ What differs from MXNet's launcher, on purpose:
   signal N). Ctrl-C / SIGTERM / SIGHUP stop everything the same way (exit
   130 / 143 / 129; a second signal kills at once), as does ``--timeout``
   (exit 124, like timeout(1)). When every worker has exited 0, the scheduler
-  and servers have ``--shutdown-timeout`` seconds to exit by themselves.
-  Each node runs in its own process group and is ended by its process id,
-  never by name. Exit 0 means every node exited 0.
+  and servers have ``--shutdown-timeout`` seconds to exit by themselves
+  (else they are stopped and the exit status is 1). Each node runs in its own
+  process group and is ended by its process id, never by name; processes a
+  node leaves behind in its group are killed when the job ends. Exit 0 means
+  every node exited 0. If the launcher's own output goes away (a closed
+  pipe), the nodes' lines are dropped and the job goes on.
 * ``--dry-run`` prints, for each node, the variables the launcher would set
   (one block per node of shell-quoted ``K=V`` lines, one line each: values
   with control characters use bash's ``$'...'``; ``set -a; . file`` exports
