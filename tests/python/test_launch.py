@@ -561,6 +561,8 @@ def test_real_mxnet_cluster(tmp_path, mxnet_python, servers, bound):
             '--env', 'T_TAG=' + tag]
     if bound:
         args += ['--env-worker', 'MXNET_KVSTORE_BIGARRAY_BOUND=%d' % bound]
+    else:
+        args += ['--env', 'PS_VERBOSE=1']
     try:
         r = run_launcher(args + [mxnet_python, str(script)], timeout=150, cwd=str(tmp_path))
         out, err = r.stdout.decode(), r.stderr.decode()
@@ -569,6 +571,13 @@ def test_real_mxnet_cluster(tmp_path, mxnet_python, servers, bound):
         for rank in range(2):
             line = '[worker %d] rank %d of 2 sum [3.0, 3.0, 3.0, 3.0, 3.0, 3.0] OK' % (rank, rank)
             assert line in out.splitlines(), out + err
+        if not bound:
+            # ps-lite's own log lines (stderr) carry their node's prefix too
+            for label, role in (('scheduler', 'scheduler'), ('server 0', 'server'),
+                                ('worker 0', 'worker'), ('worker 1', 'worker')):
+                assert any(line.startswith('[%s] ' % label)
+                           and 'Bind to role=%s, ' % role in line and 'ip=127.0.0.1' in line
+                           for line in err.splitlines()), (label, err)
         pids = _started_pids(err)
         assert sorted(pids) == sorted(['scheduler', 'worker 0', 'worker 1']
                                       + ['server %d' % i for i in range(servers)])
