@@ -1,0 +1,506 @@
+"""The optimizer pickle a dist worker sends to the servers, and the server's restricted loader.
+
+MXNet 1.9.1's ``KVStore.set_optimizer`` on a ``dist*`` store, on a worker, sends
+``py_str(pickle.dumps(optimizer, 0))`` with the command head ``kController`` (0); the
+server's controller (``kvstore_server.py``, ``_controller``) receives the body as bytes
+(a ctypes ``c_char_p``) and runs ``pickle.loads(body)``, then installs the result with
+``set_optimizer``.  This module is both ends of that exchange for mxkv:
+
+``dumps(optimizer) -> bytes``
+    The body our worker sends: a protocol-0 pickle naming the classes as MXNet 1.9.1
+    does (``mxnet.optimizer.optimizer.SGD``, ``mxnet.lr_scheduler.FactorScheduler``...)
+    with the state MXNet's classes have (``Optimizer.__getstate__``: ``__dict__`` minus
+    ``param_dict``), so a real MXNet server loads it into the same optimizer with the
+    same hyper-parameters.  It is pure ASCII without NUL bytes (non-ASCII characters in
+    strings are written as ``\\uXXXX`` escapes, which protocol 0 reads back), so it
+    survives ``py_str``/``c_str`` and the C string of ``MXKVStoreSendCommmandToServers``.
+    Only mxkv's built-in optimizer and lr-scheduler classes, holding plain values
+    (``None``, ``bool``, ``int``, ``float``, ``str``, ``tuple``, ``list``, ``dict``), can be
+    sent; anything else raises :class:`UnsendableOptimizerError` on the worker, naming
+    the attribute and its type (what the server would refuse is refused before sending).
+
+``loads(body) -> Optimizer``
+    The server side: a restricted unpickler.  It accepts only the built-in optimizer
+    and lr-scheduler classes, named as mxkv names them (``mxkv.optimizer.optimizer.SGD``,
+    ``mxkv.lr_scheduler.PolyScheduler``) or as MXNet 1.9.1 does, maps them to mxkv's
+    classes, and plain values.  Every other global is refused with
+    :class:`RefusedPickleError` naming it as ``module.name``.  What a pickle of these
+    classes needs besides (probed with ``pickletools.dis`` on MXNet 1.9.1's own pickles,
+    protocols 0 to 5) is ``copyreg._reconstructor(cls, object, None)`` (protocols 0 and 1,
+    as ``copy_reg``/``__builtin__``), or the ``NEWOBJ`` opcode (protocols 2 to 5),
+    followed by ``BUILD`` with the state dict; MXNet's pickles of these classes contain no
+    numpy value and no other global.  Nothing found by name is ever called: the
+    reconstructor and ``object`` are placeholders, classes are only instantiated with
+    ``object.__new__`` (no ``__init__``), ``BUILD`` applies a dict of str keys to an
+    instance created here (the optimizers' own ``__setstate__``, a plain ``__dict__``
+    update for schedulers) and to nothing else, ``APPEND``/``SETITEM``/``ADDITEMS`` only
+    fill real lists, dicts and sets, and the opcodes that call or look up things
+    (``INST``, ``OBJ``, ``EXT1/2/4``, persistent ids, out-of-band buffers) are refused.
+    The loaded object is then checked: the top object is an optimizer, an lr scheduler
+    appears only as its ``lr_scheduler``, every instance has exactly the attributes mxkv's
+    class has (missing or extra ones are refused), and all other values are plain.
+    Bodies longer than ``max_bytes`` (default :data:`MAX_BODY_BYTES`) are refused
+    before they are parsed.
+
+:class:`RefusedPickleError` is a subclass of both :class:`pickle.UnpicklingError` and
+:class:`mxkv.base.MXNetError`; ``err.global_name`` is the refused ``module.name`` (or
+``None`` when the pickle was refused for another reason: size, opcode, structure).
+"""
+import copyreg
+import io
+import pickle
+import struct
+
+from .base import MXNetError
+
+__all__ = ['dumps', 'loads', 'RefusedPickleError', 'UnsendableOptimizerError',
+           'MAX_BODY_BYTES', 'OPTIMIZERS', 'LR_SCHEDULERS', 'accepted_globals']
+
+#: the largest body :func:`loads` parses (bytes); an optimizer's pickle is a few KB, a
+#: few MB with the ``idx2name`` and lr/wd multipliers of a model with ~10^4 parameters
+MAX_BODY_BYTES = 16 << 20
+
+#: built-in optimizers a server accepts (class names in mxkv.optimizer.optimizer and
+#: MXNet 1.9.1's mxnet.optimizer.optimizer)
+OPTIMIZERS = ('SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum', 'Test')
+#: lr schedulers a server accepts (mxkv.lr_scheduler, mxnet.lr_scheduler)
+LR_SCHEDULERS = ('FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
+                 'CosineScheduler')
+
+_MX_OPT_MODULE = 'mxnet.optimizer.optimizer'
+_MX_LRS_MODULE = 'mxnet.lr_scheduler'
+_PLAIN = (type(None), bool, int, float, str, tuple, list, dict)
+
+
+class RefusedPickleError(pickle.UnpicklingError, MXNetError):
+    """A body :func:`loads` refuses; ``global_name`` is the refused ``module.name``
+    (``None`` if it was refused for its size, an opcode or its structure)."""
+    def __init__(self, message, global_name=None):
+        super(RefusedPickleError, self).__init__(message)
+        self.global_name = global_name
+
+
+class UnsendableOptimizerError(pickle.PicklingError, MXNetError):
+    """An optimizer :func:`dumps` cannot send to dist servers (not a built-in class, or
+    holding a value that is not plain)."""
+
+
+def _type_name(obj):
+    t = obj if isinstance(obj, type) else type(obj)
+    return '%s.%s' % (t.__module__, t.__qualname__)
+
+
+class _Tables(object):
+    """The class tables, built on first use (mxkv.optimizer imports the library)."""
+    _done = None
+
+    @classmethod
+    def get(cls):
+        if cls._done is None:
+            from .optimizer import optimizer as opt_mod
+            from . import lr_scheduler as lrs_mod
+            self = cls()
+            self.optimizers = {getattr(opt_mod, n): n for n in OPTIMIZERS}
+            self.schedulers = {getattr(lrs_mod, n): n for n in LR_SCHEDULERS}
+            # class -> (module, name) MXNet 1.9.1 writes
+            self.mx_name = {}
+            # accepted (module, name) -> class
+            self.by_name = {}
+            for klass, name in self.optimizers.items():
+                self.mx_name[klass] = (_MX_OPT_MODULE, name)
+                self.by_name[(_MX_OPT_MODULE, name)] = klass
+                self.by_name[(klass.__module__, klass.__qualname__)] = klass
+            for klass, name in self.schedulers.items():
+                self.mx_name[klass] = (_MX_LRS_MODULE, name)
+                self.by_name[(_MX_LRS_MODULE, name)] = klass
+                self.by_name[(klass.__module__, klass.__qualname__)] = klass
+            self.attrs = {klass: frozenset(_state_of(_default_instance(klass)))
+                          for klass in self.mx_name}
+            cls._done = self
+        return cls._done
+
+
+def _default_instance(klass):
+    required = {'FactorScheduler': {'step': 1}, 'MultiFactorScheduler': {'step': [1]},
+                'PolyScheduler': {'max_update': 1}, 'CosineScheduler': {'max_update': 1}}
+    return klass(**required.get(klass.__name__, {}))
+
+
+def _state_of(obj):
+    """what pickle saves for obj (copyreg._reduce_ex): __getstate__() or __dict__"""
+    getstate = getattr(type(obj), '__getstate__', None)
+    if getstate is not None and getstate is not object.__getstate__:
+        return getstate(obj)
+    return obj.__dict__
+
+
+def accepted_globals():
+    """Every ``module.name`` :func:`loads` resolves, sorted."""
+    t = _Tables.get()
+    names = ['%s.%s' % key for key in t.by_name]
+    names += ['copyreg._reconstructor', 'copy_reg._reconstructor', 'builtins.object',
+              '__builtin__.object']
+    return sorted(names)
+
+
+# --- worker side ------------------------------------------------------------------------
+def _check_sendable(optimizer, tables):
+    """Walk the optimizer's state as pickle will; raise naming the first value our
+    servers would refuse."""
+    if type(optimizer) not in tables.optimizers:
+        raise UnsendableOptimizerError(
+            'cannot send optimizer %s to dist servers: only the built-in optimizers %s (mxkv '
+            'or MXNet 1.9.1 classes, not subclasses) can be unpickled by a server'
+            % (_type_name(optimizer), ', '.join(OPTIMIZERS)))
+    seen = set()
+    todo = [(optimizer, type(optimizer).__name__)]
+    while todo:
+        obj, path = todo.pop()
+        t = type(obj)
+        if t in tables.schedulers and path != type(optimizer).__name__ + '.lr_scheduler':
+            raise UnsendableOptimizerError(
+                'cannot send optimizer: %s is a %s; an lr scheduler can only be the '
+                "optimizer's lr_scheduler" % (path, _type_name(obj)))
+        if t in tables.optimizers and path != type(optimizer).__name__:
+            raise UnsendableOptimizerError(
+                'cannot send optimizer: %s is an optimizer (%s) inside the optimizer'
+                % (path, _type_name(obj)))
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if t in tables.mx_name:
+            state = _state_of(obj)
+            todo.extend((v, '%s.%s' % (path, k)) for k, v in state.items())
+        elif t in (tuple, list):
+            todo.extend((v, '%s[%d]' % (path, i)) for i, v in enumerate(obj))
+        elif t is dict:
+            for k, v in obj.items():
+                todo.append((k, '%s key %r' % (path, k)))
+                todo.append((v, '%s[%r]' % (path, k)))
+        elif t not in _PLAIN:
+            raise UnsendableOptimizerError(
+                'cannot send optimizer: %s is a %s; dist servers accept only None, bool, int, '
+                'float, str, tuple, list and dict values (use float()/int() for numpy '
+                'scalars)' % (path, _type_name(obj)))
+
+
+class _MXNetPickler(pickle._Pickler):  # pylint: disable=protected-access
+    """Protocol 0 as MXNet 1.9.1 writes it, with mxkv's classes under MXNet's names and
+    every string in ASCII."""
+
+    def __init__(self, file, tables):
+        super(_MXNetPickler, self).__init__(file, protocol=0, fix_imports=True)
+        self._tables = tables
+
+    def reducer_override(self, obj):
+        t = type(obj)
+        if t in self._tables.mx_name:
+            # what copyreg._reduce_ex(obj, 0) returns for these classes
+            return copyreg._reconstructor, (t, object, None), _state_of(obj)
+        if t in _PLAIN or isinstance(obj, type) or obj is copyreg._reconstructor:
+            return NotImplemented
+        raise UnsendableOptimizerError('cannot pickle a %s for dist servers' % _type_name(obj))
+
+    def save_global(self, obj, name=None):
+        if obj in self._tables.mx_name:
+            module, qualname = self._tables.mx_name[obj]
+            self.write(pickle.GLOBAL + module.encode('ascii') + b'\n'
+                       + qualname.encode('ascii') + b'\n')
+            self.memoize(obj)
+        elif obj is copyreg._reconstructor or obj is object:
+            super(_MXNetPickler, self).save_global(obj, name)
+        else:
+            raise UnsendableOptimizerError('cannot pickle %s for dist servers'
+                                           % _type_name(obj))
+
+    def save_str(self, obj):
+        # pickle.py's protocol-0 str, with the latin-1 range escaped too (raw-unicode-escape
+        # writes U+0080..U+00FF as single bytes, which are not UTF-8); memoizes obj itself,
+        # as the C pickler does
+        text = obj.replace('\\', '\\u005c').replace('\0', '\\u0000').replace('\n', '\\u000a')
+        text = text.replace('\r', '\\u000d').replace('\x1a', '\\u001a')
+        raw = text.encode('raw-unicode-escape')
+        if max(raw, default=0) > 0x7f:
+            raw = b''.join(b'\\u%04x' % c if c > 0x7f else bytes((c,)) for c in raw)
+        self.write(pickle.UNICODE + raw + b'\n')
+        self.memoize(obj)
+
+    dispatch = dict(pickle._Pickler.dispatch)  # pylint: disable=protected-access
+    dispatch[str] = save_str
+
+
+def dumps(optimizer):
+    """The ``kController`` body a dist worker sends for ``set_optimizer(optimizer)``:
+    ASCII bytes (``py_str`` of them is what MXNet's frontend passes on)."""
+    tables = _Tables.get()
+    _check_sendable(optimizer, tables)
+    buf = io.BytesIO()
+    _MXNetPickler(buf, tables).dump(optimizer)
+    body = buf.getvalue()
+    try:
+        loads(body)
+    except RefusedPickleError as err:  # what our own servers would refuse, refused here
+        raise UnsendableOptimizerError('cannot send optimizer %s to dist servers: %s'
+                                       % (_type_name(optimizer), err)) from err
+    return body
+
+
+# --- server side ------------------------------------------------------------------------
+class _Placeholder(object):
+    """What find_class returns: never the real object, never callable."""
+    __slots__ = ('name', 'klass')
+
+    def __init__(self, name, klass=None):
+        self.name = name
+        self.klass = klass
+
+    def __repr__(self):
+        return self.name
+
+
+_RECONSTRUCTOR = _Placeholder('copyreg._reconstructor')
+_OBJECT = _Placeholder('builtins.object')
+_FIXED_GLOBALS = {('copyreg', '_reconstructor'): _RECONSTRUCTOR,
+                  ('copy_reg', '_reconstructor'): _RECONSTRUCTOR,
+                  ('builtins', 'object'): _OBJECT,
+                  ('__builtin__', 'object'): _OBJECT}
+
+
+def _what(obj):
+    return obj.name if isinstance(obj, _Placeholder) else _type_name(obj)
+
+
+def _refuse_opcode(name, detail):
+    def load(self):  # pylint: disable=unused-argument
+        raise RefusedPickleError('optimizer pickle refused: opcode %s (%s) is not allowed'
+                                 % (name, detail))
+    return load
+
+
+class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-access
+    """pickle's pure-Python unpickler with every opcode that calls something replaced."""
+
+    def __init__(self, file, tables):
+        super(_RestrictedUnpickler, self).__init__(file, fix_imports=False, encoding='ASCII')
+        self._tables = tables
+        self._created = {}   # id -> instance created by NEWOBJ / the reconstructor
+        self._built = set()  # ids BUILD has set up
+
+    def find_class(self, module, name):
+        key = (module, name)
+        full = '%s.%s' % key
+        if key in _FIXED_GLOBALS:
+            return _FIXED_GLOBALS[key]
+        klass = self._tables.by_name.get(key)
+        if klass is None:
+            raise RefusedPickleError(
+                'optimizer pickle refused: global %s is not allowed (a server accepts only '
+                'the built-in optimizers %s and lr schedulers %s, as mxnet.* or mxkv.* '
+                'classes, holding plain values)'
+                % (full, ', '.join(OPTIMIZERS), ', '.join(LR_SCHEDULERS)), full)
+        return _Placeholder(full, klass)
+
+    def _new(self, cls, what):
+        if not (isinstance(cls, _Placeholder) and cls.klass is not None):
+            raise RefusedPickleError('optimizer pickle refused: %s of %s' % (what, _what(cls)),
+                                     _what(cls))
+        obj = object.__new__(cls.klass)
+        self._created[id(obj)] = obj
+        return obj
+
+    def load_reduce(self):
+        stack = self.stack
+        args = stack.pop()
+        func = stack[-1]
+        if func is not _RECONSTRUCTOR:
+            raise RefusedPickleError('optimizer pickle refused: call of %s' % _what(func),
+                                     _what(func))
+        if not (type(args) is tuple and len(args) == 3 and args[1] is _OBJECT
+                and args[2] is None):
+            detail = ', '.join(_what(a) for a in args) if type(args) is tuple else _what(args)
+            raise RefusedPickleError(
+                'optimizer pickle refused: copyreg._reconstructor(%s); only '
+                '(class, builtins.object, None) is allowed' % detail,
+                _what(args[0]) if type(args) is tuple and args else None)
+        stack[-1] = self._new(args[0], 'copyreg._reconstructor')
+
+    def load_newobj(self):
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        if args != ():
+            raise RefusedPickleError('optimizer pickle refused: NEWOBJ of %s with arguments'
+                                     % _what(cls), _what(cls))
+        self.append(self._new(cls, 'NEWOBJ'))
+
+    def load_newobj_ex(self):
+        kwargs = self.stack.pop()
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        if args != () or type(kwargs) is not dict or kwargs:
+            raise RefusedPickleError('optimizer pickle refused: NEWOBJ_EX of %s with '
+                                     'arguments' % _what(cls), _what(cls))
+        self.append(self._new(cls, 'NEWOBJ_EX'))
+
+    def load_build(self):
+        state = self.stack.pop()
+        inst = self.stack[-1]
+        if self._created.get(id(inst)) is not inst:
+            raise RefusedPickleError('optimizer pickle refused: BUILD on a %s' % _what(inst),
+                                     _what(inst))
+        if id(inst) in self._built:
+            raise RefusedPickleError('optimizer pickle refused: second BUILD on a %s'
+                                     % _what(inst), _what(inst))
+        if type(state) is not dict or any(type(k) is not str for k in state):
+            raise RefusedPickleError('optimizer pickle refused: the state of a %s must be a '
+                                     'dict with str keys, not a %s' % (_what(inst), _what(state)),
+                                     _what(inst))
+        self._built.add(id(inst))
+        if type(inst) in self._tables.optimizers:
+            type(inst).__setstate__(inst, state)   # mxkv's Optimizer.__setstate__
+        else:
+            inst.__dict__.update(state)
+
+    def _target(self, want, opname):
+        target = self.stack[-1] if self.stack else None
+        if type(target) is not want:
+            raise RefusedPickleError('optimizer pickle refused: %s on a %s'
+                                     % (opname, _what(target)), _what(target))
+        return target
+
+    def load_append(self):
+        value = self.stack.pop()
+        self._target(list, 'APPEND').append(value)
+
+    def load_appends(self):
+        items = self.pop_mark()
+        self._target(list, 'APPENDS').extend(items)
+
+    def load_setitem(self):
+        value = self.stack.pop()
+        key = self.stack.pop()
+        self._target(dict, 'SETITEM')[key] = value
+
+    def load_setitems(self):
+        items = self.pop_mark()
+        target = self._target(dict, 'SETITEMS')
+        for i in range(0, len(items), 2):
+            target[items[i]] = items[i + 1]
+
+    def load_additems(self):
+        items = self.pop_mark()
+        self._target(set, 'ADDITEMS').update(items)
+
+    def persistent_load(self, pid):
+        raise RefusedPickleError('optimizer pickle refused: persistent ids are not allowed')
+
+    # opcode whitelist: everything not listed here is refused
+    _ALLOWED = ('MARK STOP POP POP_MARK DUP FLOAT INT BININT BININT1 LONG BININT2 NONE '
+                'STRING BINSTRING SHORT_BINSTRING UNICODE BINUNICODE DICT EMPTY_DICT GET '
+                'BINGET LONG_BINGET LIST EMPTY_LIST PUT BINPUT LONG_BINPUT TUPLE EMPTY_TUPLE '
+                'BINFLOAT TRUE FALSE PROTO TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4 '
+                'BINBYTES SHORT_BINBYTES SHORT_BINUNICODE BINUNICODE8 BINBYTES8 EMPTY_SET '
+                'FROZENSET MEMOIZE FRAME BYTEARRAY8 GLOBAL STACK_GLOBAL').split()
+    dispatch = {}
+    for _op in _ALLOWED:
+        _code = getattr(pickle, _op)[0]
+        dispatch[_code] = pickle._Unpickler.dispatch[_code]  # pylint: disable=protected-access
+    dispatch[pickle.REDUCE[0]] = load_reduce
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+    dispatch[pickle.BUILD[0]] = load_build
+    dispatch[pickle.APPEND[0]] = load_append
+    dispatch[pickle.APPENDS[0]] = load_appends
+    dispatch[pickle.SETITEM[0]] = load_setitem
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+    for _op, _why in (('INST', 'calls a class'), ('OBJ', 'calls a class'),
+                      ('EXT1', 'extension registry'), ('EXT2', 'extension registry'),
+                      ('EXT4', 'extension registry'), ('PERSID', 'persistent id'),
+                      ('BINPERSID', 'persistent id'), ('NEXT_BUFFER', 'out-of-band buffer'),
+                      ('READONLY_BUFFER', 'out-of-band buffer')):
+        dispatch[getattr(pickle, _op)[0]] = _refuse_opcode(_op, _why)
+    del _op, _why, _code
+
+
+class _Dispatch(dict):
+    def __missing__(self, code):
+        def load(self):  # pylint: disable=unused-argument
+            raise RefusedPickleError('optimizer pickle refused: opcode %r is not allowed'
+                                     % bytes((code,)))
+        return load
+
+
+_RestrictedUnpickler.dispatch = _Dispatch(_RestrictedUnpickler.dispatch)
+
+
+def _check_loaded(top, tables):
+    """The loaded graph: an optimizer on top, an lr scheduler only as its lr_scheduler,
+    exactly mxkv's attributes, plain values elsewhere."""
+    if type(top) not in tables.optimizers:
+        raise RefusedPickleError('optimizer pickle refused: it holds a %s, not an optimizer'
+                                 % _what(top), _what(top))
+    seen = set()
+    todo = [(top, None)]
+    while todo:
+        obj, role = todo.pop()
+        t = type(obj)
+        if t in tables.mx_name and ((t in tables.optimizers) != (role is None) or
+                                    (t in tables.schedulers and role != 'lr_scheduler')):
+            raise RefusedPickleError('optimizer pickle refused: a %s inside the optimizer'
+                                     % _what(obj), _what(obj))
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if t in tables.mx_name:
+            state = obj.__dict__
+            have, want = set(state), tables.attrs[t] | {'param_dict'}
+            if have - want or want - have - {'param_dict'}:
+                raise RefusedPickleError(
+                    'optimizer pickle refused: %s state has unexpected attributes %s and '
+                    'lacks %s' % (_what(obj), sorted(have - want) or 'none',
+                                  sorted(want - have - {'param_dict'}) or 'none'), _what(obj))
+            for key, value in state.items():
+                if key == 'lr_scheduler' and t in tables.optimizers:
+                    if value is not None and type(value) not in tables.schedulers:
+                        raise RefusedPickleError(
+                            'optimizer pickle refused: lr_scheduler is a %s' % _what(value),
+                            _what(value))
+                    todo.append((value, 'lr_scheduler'))
+                else:
+                    todo.append((value, 'value'))
+        elif t in (tuple, list):
+            todo.extend((v, 'value') for v in obj)
+        elif t is dict:
+            for k, v in obj.items():
+                todo.append((k, 'value'))
+                todo.append((v, 'value'))
+        elif t not in _PLAIN:
+            raise RefusedPickleError('optimizer pickle refused: a %s value is not allowed'
+                                     % _what(obj), _what(obj))
+
+
+def loads(body, max_bytes=MAX_BODY_BYTES):
+    """The optimizer in a ``kController`` body (bytes, or str as MXNet's frontend passes
+    it), as an mxkv optimizer; raises :class:`RefusedPickleError` for anything else."""
+    if isinstance(body, str):
+        body = body.encode('utf-8')
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise RefusedPickleError('optimizer pickle refused: body is a %s, not bytes'
+                                 % _type_name(body))
+    body = bytes(body)
+    if len(body) > max_bytes:
+        raise RefusedPickleError('optimizer pickle refused: %d bytes, more than the limit of '
+                                 '%d' % (len(body), max_bytes))
+    tables = _Tables.get()
+    unpickler = _RestrictedUnpickler(io.BytesIO(body), tables)
+    try:
+        top = unpickler.load()
+        _check_loaded(top, tables)
+    except RefusedPickleError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
+            AttributeError, UnicodeDecodeError, struct.error, OverflowError,
+            MemoryError, RecursionError) as err:
+        raise RefusedPickleError('optimizer pickle refused: malformed pickle (%s: %s)'
+                                 % (type(err).__name__, err)) from None
+    return top
