@@ -70,8 +70,156 @@ def _errstate():
     return np.errstate(all='ignore')
 
 
-def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
+# --- row_sparse gradients for dense weights -----------------------------------------
+# MXNet's update operators take a row_sparse gradient three ways: sgd_update,
+# sgd_mom_update and adam_update have row_sparse kernels, "lazy" (only the gradient's
+# rows of the weight and states change) or "standard" (every row, missing gradient
+# rows read as zero); _sparse_adagrad_update (AdaGrad) is lazy and has no weight decay;
+# every other operator (nag_mom_update, signum_update, rmsprop_update ...) runs its
+# dense kernel on a densified gradient (MXNet's "storage fallback").
+def _rsp_rows(weight, grad, *states):
+    """(row indices, rows) of a row_sparse `grad` for a dense `weight`, None if `grad` is
+    dense"""
+    if grad.stype == 'default':
+        return None
+    if grad.stype != 'row_sparse' or weight.stype != 'default':
+        raise MXKVUsageError('mxkv optimizers update dense weights from dense or row_sparse '
+                             'gradients (got a %s weight and a %s gradient)'
+                             % (weight.stype, grad.stype))
+    _check_dense(weight, *states)
+    if np.dtype(grad.dtype) != np.dtype(weight.dtype):
+        raise MXNetError('Incompatible attr: the gradient has dtype %s, expected %s (the '
+                         'weight\'s dtype)' % (np.dtype(grad.dtype).name,
+                                               np.dtype(weight.dtype).name))
+    if grad.shape != weight.shape:
+        raise MXNetError('Incompatible attr: the gradient has shape %s, the weight %s'
+                         % (grad.shape, weight.shape))
+    data, idx = grad._parts()
+    if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
+        raise MXNetError('row_sparse gradient of shape %s has row indices outside [0, %d)'
+                         % (grad.shape, weight.shape[0]))
+    return idx, data
+
+
+def _fallback_grad(weight, grad):
+    """the gradient a dense-only kernel sees: a row_sparse one densified (MXNet's storage
+    fallback)"""
+    if grad.stype == 'row_sparse' and weight.stype == 'default':
+        return grad.tostype('default')
+    return grad
+
+
+def _sgd_update_rsp(weight, grad, rows, lr, wd, rescale_grad, clip_gradient, lazy):
+    """sgd_update with a row_sparse gradient (SGDUpdateDnsRspImpl)"""
+    idx, g = rows
+    k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
+    w = weight._arith_view(write=True)
+    one = k.lit(1.0)
+    wd_k = k.wd
+    with _errstate():
+        if not lazy:
+            # standard update: every row *= DType(1 - lr * wd), computed in float as the
+            # operator's float parameters, then the rows of the gradient with wd = 0
+            f32 = np.float32
+            w[...] = w * k.dt.type(f32(1) - f32(dmlc_float(lr)) * f32(dmlc_float(wd)))
+            wd_k = k.lit(0)
+        if not idx.size:
+            return
+        rows_w = w[idx]
+        if k.clip >= 0:
+            w[idx] = (one - k.lr * wd_k) * rows_w - k.lr * _clip_map(k.rescale * g, k.clip)
+        else:
+            w[idx] = (one - k.lr * wd_k) * rows_w - (k.lr * k.rescale) * g
+
+
+def _sgd_mom_update_rsp(weight, grad, mom, rows, lr, wd, momentum, rescale_grad,
+                        clip_gradient, lazy):
+    """sgd_mom_update with a row_sparse gradient: lazy (SGDMomDnsRspDnsKernel) or standard
+    (SGDMomStdDnsRspDnsKernel: the dense formula with zero for missing rows)"""
+    if not lazy:
+        _sgd_mom_update(weight, grad.tostype('default'), mom, lr, wd, momentum, rescale_grad,
+                        clip_gradient)
+        return
+    idx, g = rows
+    if not idx.size:
+        return
+    k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
+    w = weight._arith_view(write=True)
+    s = mom._arith_view(write=True)
+    rows_w, rows_s = w[idx], s[idx]
+    with _errstate():
+        rate = k.lr * k.wd
+        if k.clip >= 0:
+            rows_s = k.m * rows_s - rate * rows_w - k.lr * _clip_map(k.rescale * g, k.clip)
+        else:
+            rows_s = k.m * rows_s - rate * rows_w - k.lr * k.rescale * g
+        s[idx] = rows_s
+        w[idx] = rows_w + rows_s
+
+
+def _adam_update_rsp(weight, grad, mean, var, rows, lr, wd, beta1, beta2, epsilon,
+                     rescale_grad, clip_gradient, lazy):
+    """adam_update with a row_sparse gradient: lazy (AdamDnsRspDnsKernel) or standard
+    (AdamStdDnsRspDnsKernel), each with its own operation order"""
+    idx, g = rows
+    k = _K(weight.dtype, lr=lr, wd=wd, b1=beta1, b2=beta2, eps=epsilon, rescale=rescale_grad,
+           clip=clip_gradient)
+    w, m, v = (a._arith_view(write=True) for a in (weight, mean, var))
+    one = k.lit(1.0)
+    with _errstate():
+        if lazy:
+            if not idx.size:
+                return
+            rows_w, rows_m, rows_v = w[idx], m[idx], v[idx]
+            gr = g * k.rescale + rows_w * k.wd
+            if k.clip >= 0:
+                gr = _clip_map(gr, k.clip)
+                rows_m = k.b1 * rows_m + (one - k.b1) * gr
+                rows_v = k.b2 * rows_v + (one - k.b2) * (gr * gr)
+            else:
+                rows_m = k.b1 * rows_m + (one - k.b1) * gr
+                rows_v = k.b2 * rows_v + (one - k.b2) * gr * gr
+            m[idx], v[idx] = rows_m, rows_v
+            w[idx] = rows_w - k.lr * rows_m / (np.sqrt(rows_v) + k.eps)
+            return
+        gr = w * k.wd
+        if idx.size:
+            gr[idx] = g * k.rescale + w[idx] * k.wd
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        m[...] = k.b1 * m + (one - k.b1) * gr
+        v[...] = k.b2 * v + (one - k.b2) * (gr * gr)
+        w[...] = w - k.lr * m / (np.sqrt(v) + k.eps)
+
+
+def _sparse_adagrad_update(weight, grad, history, rows, lr, wd, epsilon, rescale_grad,
+                           clip_gradient):
+    """_sparse_adagrad_update (AdagradDnsRspDnsKernel): the gradient's rows only, no
+    weight decay (MXNet has no kernel for wd != 0)"""
+    if dmlc_float(wd) != 0:
+        raise MXNetError('AdaGrad with a row_sparse gradient needs wd = 0: MXNet 1.9.1\'s '
+                         '_sparse_adagrad_update has no weight decay (got wd=%s)' % (wd,))
+    idx, g = rows
+    if not idx.size:
+        return
+    k = _K(weight.dtype, lr=lr, eps=epsilon, rescale=rescale_grad, clip=clip_gradient)
+    w = weight._arith_view(write=True)
+    h = history._arith_view(write=True)
+    with _errstate():
+        gr = g * k.rescale
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        rows_h = h[idx] + gr * gr
+        h[idx] = rows_h
+        w[idx] = w[idx] - gr / np.sqrt(rows_h + k.eps) * k.lr
+
+
+def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient, lazy_update=True):
     """sgd_update: out = (1 - lr*wd)*w - lr*clip(rescale*g) | - (lr*rescale)*g"""
+    rows = _rsp_rows(weight, grad)
+    if rows is not None:
+        _sgd_update_rsp(weight, grad, rows, lr, wd, rescale_grad, clip_gradient, lazy_update)
+        return
     _check_dense(weight, grad)
     k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
     w, g = _views(weight, grad)
@@ -84,8 +232,14 @@ def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
         w[...] = new
 
 
-def _sgd_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+def _sgd_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient,
+                    lazy_update=True):
     """sgd_mom_update: mom = m*mom - lr*wd*w - lr*rescale*g; out = w + mom"""
+    rows = _rsp_rows(weight, grad, mom)
+    if rows is not None:
+        _sgd_mom_update_rsp(weight, grad, mom, rows, lr, wd, momentum, rescale_grad,
+                            clip_gradient, lazy_update)
+        return
     _check_dense(weight, grad, mom)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
     w, g, s = _views(weight, grad, mom)
@@ -123,6 +277,7 @@ def _multi_sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gr
 
 def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
     """nag_mom_update (NAGMomKernel)"""
+    grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mom)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
     w, g, s = _views(weight, grad, mom)
@@ -137,8 +292,13 @@ def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_grad
 
 
 def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad,
-                 clip_gradient):
+                 clip_gradient, lazy_update=True):
     """adam_update (AdamUpdateKernel)"""
+    rows = _rsp_rows(weight, grad, mean, var)
+    if rows is not None:
+        _adam_update_rsp(weight, grad, mean, var, rows, lr, wd, beta1, beta2, epsilon,
+                         rescale_grad, clip_gradient, lazy_update)
+        return
     _check_dense(weight, grad, mean, var)
     k = _K(weight.dtype, lr=lr, wd=wd, b1=beta1, b2=beta2, eps=epsilon, rescale=rescale_grad,
            clip=clip_gradient)
@@ -156,6 +316,7 @@ def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale
 def _rmsprop_update(weight, grad, n, lr, wd, gamma1, epsilon, rescale_grad, clip_gradient,
                     clip_weights):
     """rmsprop_update (RMSPropUpdateKernel)"""
+    grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, n)
     k = _K(weight.dtype, lr=lr, wd=wd, g1=gamma1, eps=epsilon, rescale=rescale_grad,
            clip=clip_gradient, cw=clip_weights)
@@ -175,6 +336,7 @@ def _rmsprop_update(weight, grad, n, lr, wd, gamma1, epsilon, rescale_grad, clip
 def _rmspropalex_update(weight, grad, n, gst, delta, lr, wd, gamma1, gamma2, epsilon,
                         rescale_grad, clip_gradient, clip_weights):
     """rmspropalex_update (RMSPropAlexUpdateKernel)"""
+    grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, n, gst, delta)
     k = _K(weight.dtype, lr=lr, wd=wd, g1=gamma1, g2=gamma2, eps=epsilon,
            rescale=rescale_grad, clip=clip_gradient, cw=clip_weights)
@@ -195,6 +357,7 @@ def _rmspropalex_update(weight, grad, n, gst, delta, lr, wd, gamma1, gamma2, eps
 
 def _signsgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
     """signsgd_update (clip_gradient and rescale_grad have no effect)"""
+    grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad)
     k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
     w, g = _views(weight, grad)
@@ -205,6 +368,7 @@ def _signsgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
 
 def _signum_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient, wd_lh):
     """signum_update (SignumKernel)"""
+    grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mom)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient,
            wd_lh=wd_lh)
@@ -435,9 +599,10 @@ class SGD(Optimizer):
                 _multi_sgd_update(weight, grad, state if self.momentum > 0 else None, lr, wd,
                                   momentum, self.rescale_grad, clip_g)
             elif state is not None:
-                _sgd_mom_update(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g)
+                _sgd_mom_update(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
+                                self.lazy_update)
             else:
-                _sgd_update(weight, grad, lr, wd, self.rescale_grad, clip_g)
+                _sgd_update(weight, grad, lr, wd, self.rescale_grad, clip_g, self.lazy_update)
 
     def update(self, index, weight, grad, state):
         self._update_impl(index, weight, grad, state)
@@ -521,7 +686,7 @@ class Adam(Optimizer):
         lr *= math.sqrt(coef2) / coef1
         mean, var = state
         _adam_update(weight, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
-                     self.rescale_grad, self._clip_param())
+                     self.rescale_grad, self._clip_param(), self.lazy_update)
 
 
 @register
@@ -538,6 +703,11 @@ class AdaGrad(Optimizer):
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
+        rows = _rsp_rows(weight, grad, state)
+        if rows is not None:
+            _sparse_adagrad_update(weight, grad, state, rows, lr, wd, self.float_stable_eps,
+                                   self.rescale_grad, self._clip_param())
+            return
         _check_dense(weight, grad, state)
         history = state
         grad = grad * self.rescale_grad
@@ -598,7 +768,10 @@ class AdaDelta(Optimizer):
     def update(self, index, weight, grad, state):
         wd = self._get_wd(index)
         self._update_count(index)
-        _check_dense(weight, grad)
+        if grad.stype != 'row_sparse':  # row_sparse gradients go through the NDArray ops
+            _check_dense(weight, grad)
+        elif weight.stype != 'default':
+            _rsp_rows(weight, grad)  # raises: dense weights only
         grad *= self.rescale_grad
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
