@@ -1,4 +1,4 @@
-"""mxkv-launch (bindings/python/mxkv/launch.py): environment contract, output, exit codes,
+"""mxkv-launch (bindings/python/mxkv_launch.py): environment contract, output, exit codes,
 teardown, and a real MXNet 1.9.1 cluster started with it.
 
 Every launcher run is a subprocess bounded by a timeout; nodes bind 127.0.0.1 only. Nodes
@@ -19,7 +19,7 @@ import pytest
 
 from conftest import BINDINGS, REPO
 
-LAUNCH = os.path.join(BINDINGS, 'mxkv', 'launch.py')
+LAUNCH = os.path.join(BINDINGS, 'mxkv_launch.py')
 PY = sys.executable            # any Python 3.8+ runs the launcher and the dummy nodes
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='needs Linux /proc')

@@ -102,7 +102,7 @@ def check_wheel(path, modules):
         assert symbol in lib, 'mxkv/libmxkv.so does not export %s' % symbol.decode()
     missing = sorted(modules - names)
     assert not missing, 'the wheel lacks %s' % missing
-    assert 'mxkv-launch = mxkv.launch:main' in entry_points, entry_points
+    assert 'mxkv-launch = mxkv_launch:main' in entry_points, entry_points
 
 
 def fresh_venv(venv_dir, wheel):
@@ -172,6 +172,12 @@ def check_installed(wheel, workdir, log=lambda *a: None):
     assert proc.returncode != 0
     assert 'installed mxkv package' in proc.stderr and 'wheel' in proc.stderr, proc.stderr
     assert 'cargo' not in proc.stderr, proc.stderr
+    # the installed mxkv-launch command needs neither numpy nor the library
+    launch = subprocess.run([os.path.join(venv_dir, 'bin', 'mxkv-launch'), '--dry-run', '-n', '1',
+                             '-s', '1', 'true'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, env=env, cwd=run_dir, timeout=RUN_TIMEOUT)
+    assert launch.returncode == 0, launch.stderr
+    assert 'DMLC_ROLE=scheduler' in launch.stdout, launch.stdout
     return ours
 
 
