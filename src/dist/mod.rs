@@ -4,6 +4,7 @@
 //! Safe Rust only.
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod message;
 pub mod meta;
 
