@@ -383,20 +383,18 @@ pub struct Slice {
     pub vals: Range<usize>,
 }
 
-/// Cuts a request (keys sorted ascending) by the server ranges: each server
-/// with keys gets its keys, the matching lens and bytes of the values (by
-/// summing `lens`; without lens, an equal share per key). Servers without
-/// keys get no slice.
+/// Cuts a request by the server ranges: each server with keys gets its
+/// keys, the matching lens and bytes of the values (by summing `lens`;
+/// without lens, an equal share per key). Servers without keys get no
+/// slice. As in ps-lite, the keys must come server by server (ascending
+/// ranges); within one server they need not be sorted (a compressed push
+/// puts its size key, `range.begin + n`, before `range.begin + key`).
 pub fn slice(
     keys: &[u64],
     lens: Option<&[i32]>,
     vals_len: usize,
     ranges: &[Range<u64>],
 ) -> Result<Vec<Slice>> {
-    ensure!(
-        keys.windows(2).all(|w| w[0] <= w[1]),
-        "ps keys of a request must be sorted"
-    );
     if let Some(l) = lens {
         ensure!(
             l.len() == keys.len(),
@@ -422,35 +420,37 @@ pub fn slice(
         }
         _ => 0,
     };
+    // the server of each key, which must not decrease
+    let mut servers = Vec::with_capacity(keys.len());
+    for &k in keys {
+        let s = ranges.partition_point(|r| r.end <= k);
+        ensure!(
+            s < ranges.len() && ranges[s].contains(&k),
+            "ps key {k:#x} is in no server's range"
+        );
+        ensure!(
+            servers.last().map_or(true, |&p| p <= s),
+            "ps keys of a request must come server by server (ps key {k:#x} after a key of a later server)"
+        );
+        servers.push(s);
+    }
     let mut out = Vec::new();
-    let mut pos = keys.partition_point(|&k| ranges.first().is_some_and(|r| k < r.start));
-    ensure!(
-        pos == 0,
-        "ps key {:#x} is below every server's range",
-        keys[0]
-    );
-    let mut val_pos = 0usize;
-    for (i, r) in ranges.iter().enumerate() {
-        let end = pos + keys[pos..].partition_point(|&k| k < r.end);
-        if end > pos {
-            let bytes = match lens {
-                Some(l) => l[pos..end].iter().map(|&x| x as usize).sum(),
-                None => (end - pos) * per_key,
-            };
-            out.push(Slice {
-                server: i,
-                keys: pos..end,
-                vals: val_pos..val_pos + bytes,
-            });
-            val_pos += bytes;
-        }
+    let (mut pos, mut val_pos) = (0usize, 0usize);
+    while pos < keys.len() {
+        let server = servers[pos];
+        let end = pos + servers[pos..].iter().take_while(|&&s| s == server).count();
+        let bytes = match lens {
+            Some(l) => l[pos..end].iter().map(|&x| x as usize).sum(),
+            None => (end - pos) * per_key,
+        };
+        out.push(Slice {
+            server,
+            keys: pos..end,
+            vals: val_pos..val_pos + bytes,
+        });
+        val_pos += bytes;
         pos = end;
     }
-    ensure!(
-        pos == keys.len(),
-        "ps key {:#x} is beyond every server's range",
-        keys[pos.min(keys.len() - 1)]
-    );
     Ok(out)
 }
 
@@ -568,8 +568,8 @@ mod tests {
         let mut e = KeyEncoder::new(2, 1000);
         assert!(e.encode_default(300_001, 4, 4).is_err());
         // a wrapped product that stays positive lands where MXNet puts it
-        let k = 300_002;
-        let want = (k as i32).wrapping_mul(9973) % 2;
+        let k: i32 = 300_002;
+        let want = k.wrapping_mul(9973) % 2;
         assert!(want >= 0);
         assert_eq!(server_of(k, 2).unwrap(), want as usize);
         // one server: every key fits
@@ -662,7 +662,18 @@ mod tests {
         let s = slice(&[1, 2, b1 + 1], None, 0, &r).unwrap();
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].keys, 0..2);
-        assert!(slice(&[2, 1], None, 0, &r).is_err());
+        // unsorted within one server (a compressed push): one slice
+        let s = slice(&[10, 1], Some(&[0, 4]), 4, &r).unwrap();
+        assert_eq!(
+            s,
+            vec![Slice {
+                server: 0,
+                keys: 0..2,
+                vals: 0..4
+            }]
+        );
+        // but not across servers
+        assert!(slice(&[b1 + 1, 1], None, 0, &r).is_err());
         assert!(slice(&[1], Some(&[4]), 8, &r).is_err());
     }
 

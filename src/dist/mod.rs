@@ -10,3 +10,8 @@ pub mod meta;
 
 // KV layer (dist-kv): key mapping, server state machine, worker requests.
 pub mod keys;
+pub mod kv;
+pub mod server;
+pub mod worker;
+#[cfg(test)]
+mod kv_cluster_tests;

@@ -1,0 +1,1021 @@
+//! The KV server's state machine, as MXNet 1.9.1's `KVStoreDistServer`
+//! (`src/kvstore/kvstore_dist_server.h`) runs it, without any transport:
+//! [`KvServer::handle`] takes one received ps-lite [`Message`] and sends its
+//! replies through a [`Transport`].
+//!
+//! * A table of int keys → stored arrays: dense keys as flat 1-D arrays of
+//!   the pushed dtype, row_sparse keys as `[rows, row length]` row_sparse
+//!   arrays holding every row (a split big array is stored as independent
+//!   parts on each server under the same int key).
+//! * The first push of a key initialises it and is answered at once.
+//! * Sync mode (after `kSyncMode`): pushes of a key are summed, in arrival
+//!   order, into a merge buffer until `num_workers` requests arrived; then the
+//!   updater runs once on the sum (or, without one, the sum is assigned) and
+//!   every queued request is answered, pulls with the new value.
+//! * Async mode (the default): every push runs the updater at once.
+//! * Pulls are answered at once from the stored value.
+//! * row_sparse pushes are summed row-wise, 2-bit (and 1-bit) compressed
+//!   pushes are dequantized first; `kSetMultiPrecision` keeps float32 master
+//!   copies of other float keys and updates those.
+//! * SimpleApp commands: `kController` goes to the controller callback;
+//!   `kSyncMode`, `kSetGradientCompression`, `kSetMultiPrecision` and
+//!   `kStopServer` are handled here; `kSetProfilerParams` is accepted and
+//!   ignored (this library has no profiler).
+//!
+//! Where a real MXNet server aborts (integer dtypes, a pull of a key never
+//! initialised, async mode without an updater, malformed requests) ours
+//! answers the request with an error reply (see [`super::kv`]) and goes on.
+//! Differences that a real worker can observe:
+//! * a round that mixes pushpulls and plain pushes answers every request
+//!   (MXNet answers only the pulls; the plain pushers wait forever);
+//! * a row_sparse key is initialised only from a push of all its rows
+//!   `0..n` (MXNet ignores the row ids of the first push and stores a table of
+//!   as many rows as it carried, which later pushes overrun);
+//! * a row_sparse round without an updater leaves the rows nobody pushed at
+//!   zero and the table whole (MXNet's stored array then holds only the
+//!   pushed rows, and pulls read past it);
+//! * a pushpull that initialises a key is answered with the value (MXNet
+//!   sends no data, which a real worker's pull check rejects);
+//! * the updater runs before a request is answered (as in MXNet; a Python
+//!   updater on a real MXNet server may still be running then).
+#![forbid(unsafe_code)]
+
+use super::keys::{decode_key, depair_command, server_range, Command, RequestType};
+use super::kv::{
+    error_reply, i32_bytes, node_name, protocol_check, rank_of, response_to, worker_id, KvPairs,
+    Transport,
+};
+use super::message::{Bytes, Message};
+use crate::error::{Error, Result};
+use crate::ndarray::dtype::{DType, Elem};
+use crate::ndarray::sparse;
+use crate::ndarray::{Context, NDArray, Shape, StorageType};
+use crate::store::compression::CompressionParams;
+use crate::{bail, ensure};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The server's update function: `recv` is the merged (sync) or pushed
+/// (async) value, `stored` the array to update in place. An error goes back
+/// to every worker whose request the update answers.
+pub trait ServerUpdater: Send + Sync {
+    fn update(&self, key: i32, recv: &NDArray, stored: &NDArray) -> Result<()>;
+}
+
+impl<F> ServerUpdater for F
+where
+    F: Fn(i32, &NDArray, &NDArray) -> Result<()> + Send + Sync,
+{
+    fn update(&self, key: i32, recv: &NDArray, stored: &NDArray) -> Result<()> {
+        self(key, recv, stored)
+    }
+}
+
+/// Where the server finds its updater. Cloneable, so that a controller (for
+/// `kController`: install the unpickled optimizer) or the store's
+/// `set_updater` can fill it while the server runs. The server takes the
+/// updater out before calling it, so an updater may replace itself.
+#[derive(Clone, Default)]
+pub struct UpdaterSlot(Arc<Mutex<Option<Arc<dyn ServerUpdater>>>>);
+
+impl UpdaterSlot {
+    pub fn set(&self, updater: Option<Arc<dyn ServerUpdater>>) {
+        *self.0.lock() = updater;
+    }
+
+    pub fn get(&self) -> Option<Arc<dyn ServerUpdater>> {
+        self.0.lock().clone()
+    }
+}
+
+/// The controller: `(head, body)` of a command the server does not handle
+/// itself (`kController`: body = the pickled optimizer). Runs on the
+/// server's thread; its error goes back to the worker that sent the command.
+pub type Controller<'a> = dyn FnMut(i32, &[u8]) -> Result<()> + 'a;
+
+/// Who this server is in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub rank: usize,
+    pub num_servers: usize,
+    pub num_workers: usize,
+}
+
+/// What the caller of [`KvServer::handle`] does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// `kStopServer` was answered: leave the server loop.
+    Stop,
+}
+
+/// What a server loop receives.
+#[derive(Debug)]
+pub enum ServerEvent {
+    Message(Message),
+    /// A peer went away (its error names it): rounds that need it fail.
+    PeerLost(Error),
+}
+
+/// One stored key.
+struct Entry {
+    /// The value in the pushed dtype (what pulls read).
+    stored: NDArray,
+    /// float32 master copy under multi-precision (non-float32 keys only);
+    /// updates go here and are cast into `stored`.
+    realt: Option<NDArray>,
+    /// The merge buffer of sync rounds (float32 with `realt`).
+    merged: Option<NDArray>,
+    /// Requests of the running sync round (data parts dropped but the keys).
+    pending: Vec<Message>,
+    /// When the running round's first push arrived.
+    started: Option<Instant>,
+}
+
+impl Entry {
+    fn new(stored: NDArray, multi_precision: bool) -> Result<Entry> {
+        let realt = if multi_precision && stored.dtype() != DType::F32 {
+            Some(f32_copy(&stored)?)
+        } else {
+            None
+        };
+        Ok(Entry {
+            stored,
+            realt,
+            merged: None,
+            pending: Vec::new(),
+            started: None,
+        })
+    }
+
+    fn is_row_sparse(&self) -> bool {
+        self.stored.stype() == StorageType::RowSparse
+    }
+
+    fn merge_dtype(&self) -> DType {
+        if self.realt.is_some() {
+            DType::F32
+        } else {
+            self.stored.dtype()
+        }
+    }
+
+    /// The array the update writes: the master copy when there is one.
+    fn target(&self) -> &NDArray {
+        self.realt.as_ref().unwrap_or(&self.stored)
+    }
+}
+
+/// A float32 copy of `a` (dense or row_sparse).
+fn f32_copy(a: &NDArray) -> Result<NDArray> {
+    let c = if a.stype() == StorageType::RowSparse {
+        empty_row_sparse(a.shape().clone(), DType::F32)?
+    } else {
+        NDArray::zeros(a.shape().clone(), DType::F32, Context::CPU0)?
+    };
+    c.copy_from(a)?;
+    Ok(c)
+}
+
+fn empty_row_sparse(shape: Shape, dtype: DType) -> Result<NDArray> {
+    NDArray::sparse_zeros(
+        StorageType::RowSparse,
+        shape,
+        dtype,
+        Context::CPU0,
+        &[DType::I64],
+        &[Shape(vec![0])],
+    )
+}
+
+/// The element type of a data command, refusing what MXNet's server dies on.
+fn float_dtype(code: i32) -> Result<DType> {
+    let dt = DType::from_code(code).map_err(|e| Error::protocol(e.message().to_string()))?;
+    match dt {
+        DType::F32 | DType::F64 | DType::F16 => Ok(dt),
+        other => Err(Error::usage(format!(
+            "This operation only support floating point types, not {}",
+            other.name()
+        ))),
+    }
+}
+
+/// `acc[i] = acc[i] + x[i]` in `dtype`'s arithmetic (`merged += recved`);
+/// `x` may be unaligned.
+fn add_bytes(dtype: DType, acc: &mut [u8], x: &[u8]) {
+    crate::with_dtype!(dtype, T => {
+        let acc: &mut [T] = bytemuck::cast_slice_mut(acc);
+        match bytemuck::try_cast_slice::<u8, T>(x) {
+            Ok(xs) => add_slices(acc, xs),
+            Err(_) => add_slices(acc, &bytemuck::pod_collect_to_vec::<u8, T>(x)),
+        }
+    })
+}
+
+fn add_slices<T: Elem>(acc: &mut [T], x: &[T]) {
+    use rayon::prelude::*;
+    const PAR: usize = 1 << 18;
+    if acc.len() >= 2 * PAR {
+        acc.par_chunks_mut(PAR)
+            .zip(x.par_chunks(PAR))
+            .for_each(|(a, x)| a.iter_mut().zip(x).for_each(|(a, &x)| *a = a.add(x)));
+    } else {
+        acc.iter_mut().zip(x).for_each(|(a, &x)| *a = a.add(x));
+    }
+}
+
+/// A dense 1-D array of `dtype` holding `bytes` (any alignment).
+fn dense_from(bytes: &[u8], dtype: DType) -> Result<NDArray> {
+    NDArray::from_bytes(
+        Shape(vec![(bytes.len() / dtype.size()) as i64]),
+        dtype,
+        Context::CPU0,
+        bytes,
+    )
+}
+
+/// A received value, before it is merged or applied.
+enum Value<'a> {
+    /// Dense bytes of the given dtype.
+    Dense(DType, &'a [u8]),
+    /// A row_sparse array (`None`: a push of no rows).
+    RowSparse(Option<NDArray>),
+}
+
+/// The KV server of one server node.
+pub struct KvServer {
+    cfg: ServerConfig,
+    range: Range<u64>,
+    sync_mode: bool,
+    multi_precision: bool,
+    compression: Option<CompressionParams>,
+    store: HashMap<i32, Entry>,
+    updater: UpdaterSlot,
+    /// Set when a worker was lost: no sync round can complete any more.
+    lost: Option<Error>,
+    /// Replies the transport could not send (the peer is gone).
+    send_errors: Vec<Error>,
+}
+
+impl KvServer {
+    pub fn new(cfg: ServerConfig) -> KvServer {
+        KvServer {
+            cfg,
+            range: server_range(cfg.rank, cfg.num_servers),
+            sync_mode: false,
+            multi_precision: false,
+            compression: None,
+            store: HashMap::new(),
+            updater: UpdaterSlot::default(),
+            lost: None,
+            send_errors: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> ServerConfig {
+        self.cfg
+    }
+
+    /// The slot the updater is read from (share it with whoever installs one).
+    pub fn updater_slot(&self) -> UpdaterSlot {
+        self.updater.clone()
+    }
+
+    pub fn set_updater(&self, updater: Option<Arc<dyn ServerUpdater>>) {
+        self.updater.set(updater);
+    }
+
+    pub fn sync_mode(&self) -> bool {
+        self.sync_mode
+    }
+
+    /// Replies that could not be sent since the last call.
+    pub fn take_send_errors(&mut self) -> Vec<Error> {
+        std::mem::take(&mut self.send_errors)
+    }
+
+    /// A copy of the stored value of `key` on this server (tests, diagnostics).
+    pub fn stored(&self, key: i32) -> Option<NDArray> {
+        self.store
+            .get(&key)
+            .and_then(|e| e.stored.copy_to_ctx(Context::CPU0).ok())
+    }
+
+    fn send(&mut self, out: &dyn Transport, msg: Message) {
+        if let Err(e) = out.send(msg) {
+            if self.send_errors.len() < 64 {
+                self.send_errors.push(e);
+            }
+        }
+    }
+
+    /// Handles one received message. Requests that cannot be served get an
+    /// error reply; `Err` is never returned for them (the server goes on).
+    pub fn handle(
+        &mut self,
+        msg: Message,
+        out: &dyn Transport,
+        controller: &mut Controller<'_>,
+    ) -> Flow {
+        if !msg.request {
+            return Flow::Continue; // servers send requests to nobody
+        }
+        if msg.simple_app {
+            return self.command(msg, out, controller);
+        }
+        if let Err(e) = self.data(&msg, out) {
+            self.send(out, error_reply(&msg, &e));
+        }
+        Flow::Continue
+    }
+
+    fn command(
+        &mut self,
+        msg: Message,
+        out: &dyn Transport,
+        controller: &mut Controller<'_>,
+    ) -> Flow {
+        let result = match Command::from_head(msg.head) {
+            Some(Command::StopServer) => {
+                let err = Error::usage(format!(
+                    "server {} stopped (kStopServer) before this round completed",
+                    self.cfg.rank
+                ));
+                self.fail_pending(&err, out);
+                self.send(out, response_to(&msg));
+                return Flow::Stop;
+            }
+            Some(Command::SyncMode) => {
+                self.sync_mode = true;
+                Ok(())
+            }
+            Some(Command::SetGradientCompression) => {
+                CompressionParams::decode(&msg.body).map(|p| self.compression = p)
+            }
+            Some(Command::SetMultiPrecision) => self.set_multi_precision(),
+            Some(Command::SetProfilerParams) => Ok(()),
+            Some(Command::Controller) => controller(msg.head, &msg.body),
+            None => Err(Error::usage(format!(
+                "unknown server command {} (MXNet's commands are 0-5)",
+                msg.head
+            ))),
+        };
+        let reply = match result {
+            Ok(()) => response_to(&msg),
+            Err(e) => error_reply(&msg, &e),
+        };
+        self.send(out, reply);
+        Flow::Continue
+    }
+
+    /// `CreateMultiPrecisionCopies`.
+    fn set_multi_precision(&mut self) -> Result<()> {
+        if self.multi_precision {
+            return Ok(());
+        }
+        if let Some((k, e)) = self.store.iter().find(|(_, e)| !e.pending.is_empty()) {
+            bail!(
+                "{}: Multiprecision mode can not be set while pushes are underway. Please set optimizer before pushing keys. key {k}, {} pushes queued",
+                self.cfg.rank,
+                e.pending.len()
+            );
+        }
+        for e in self.store.values_mut() {
+            if e.stored.dtype() != DType::F32 {
+                e.realt = Some(f32_copy(&e.stored)?);
+                e.merged = None;
+            }
+        }
+        self.multi_precision = true;
+        Ok(())
+    }
+
+    fn data(&mut self, msg: &Message, out: &dyn Transport) -> Result<()> {
+        let (rt, code) = depair_command(msg.head).map_err(|e| Error::protocol(e.message()))?;
+        let dtype = float_dtype(code)?;
+        let kv = KvPairs::from_parts(&msg.data)?;
+        protocol_check(!kv.keys.is_empty(), || {
+            "a data request without keys".to_string()
+        })?;
+        match rt {
+            RequestType::Default => {
+                protocol_check(kv.keys.len() == 1, || {
+                    format!("a default request has exactly 1 key, not {}", kv.keys.len())
+                })?;
+                let key = self.decode(kv.keys[0])?;
+                if msg.push {
+                    protocol_check(
+                        kv.lens.len() == 1
+                            && kv.lens[0] >= 0
+                            && kv.vals.len() == kv.lens[0] as usize,
+                        || {
+                            format!(
+                                "a push carries 1 len equal to its {} value bytes; got lens {:?}",
+                                kv.vals.len(),
+                                kv.lens
+                            )
+                        },
+                    )?;
+                    self.push_dense(msg, key, dtype, &kv.vals, out)
+                } else {
+                    self.pull_dense(msg, key, out)
+                }
+            }
+            RequestType::Compressed => self.compressed(msg, kv, dtype, out),
+            RequestType::RowSparse => self.row_sparse(msg, kv, dtype, out),
+        }
+    }
+
+    fn decode(&self, ps_key: u64) -> Result<i32> {
+        decode_key(ps_key, &self.range).map_err(|e| Error::protocol(e.message()))
+    }
+
+    /// The response to a pull of `key`: the stored bytes.
+    fn pull_dense(&mut self, req: &Message, key: i32, out: &dyn Transport) -> Result<()> {
+        let reply = self.value_reply(req, key)?;
+        self.send(out, reply);
+        Ok(())
+    }
+
+    /// `DefaultStorageResponse`: keys echoed, vals = the stored bytes, lens =
+    /// their size.
+    fn value_reply(&self, req: &Message, key: i32) -> Result<Message> {
+        let e = self
+            .store
+            .get(&key)
+            .ok_or_else(|| Error::not_inited(format!("init {key} first")))?;
+        let vals = if e.is_row_sparse() {
+            let rows: Vec<i64> = (0..e.stored.shape().dims()[0]).collect();
+            gather_rows(&e.stored, &rows)?
+        } else {
+            e.stored.read().bytes().to_vec()
+        };
+        let len = i32::try_from(vals.len()).map_err(|_| {
+            Error::new(format!(
+                "key {key}: {} bytes exceed ps-lite's int lengths",
+                vals.len()
+            ))
+        })?;
+        let mut m = response_to(req);
+        m.data = vec![req.data[0].clone(), Bytes::from(vals), i32_bytes(&[len])];
+        Ok(m)
+    }
+
+    /// The response to a queued request once its round is done.
+    fn answer(&self, req: &Message, key: i32) -> Message {
+        if req.pull {
+            self.value_reply(req, key)
+                .unwrap_or_else(|e| error_reply(req, &e))
+        } else {
+            response_to(req)
+        }
+    }
+
+    fn push_dense(
+        &mut self,
+        msg: &Message,
+        key: i32,
+        dtype: DType,
+        bytes: &[u8],
+        out: &dyn Transport,
+    ) -> Result<()> {
+        ensure!(
+            bytes.len() % dtype.size() == 0,
+            "key {key}: {} bytes are not a whole number of {} values",
+            bytes.len(),
+            dtype.name()
+        );
+        let Some(e) = self.store.get(&key) else {
+            // initialisation
+            ensure!(
+                !bytes.is_empty(),
+                "key {key}: init with empty data is not supported"
+            );
+            let entry = Entry::new(dense_from(bytes, dtype)?, self.multi_precision)?;
+            self.store.insert(key, entry);
+            let reply = self.answer(&keys_only(msg), key);
+            self.send(out, reply);
+            return Ok(());
+        };
+        ensure!(
+            !e.is_row_sparse(),
+            "key {key} is a row_sparse key on this server; a dense push of it was refused"
+        );
+        check_same(key, &e.stored, dtype, bytes.len())?;
+        self.accept(msg, key, Value::Dense(dtype, bytes), out)
+    }
+
+    fn compressed(
+        &mut self,
+        msg: &Message,
+        kv: KvPairs,
+        dtype: DType,
+        out: &dyn Transport,
+    ) -> Result<()> {
+        ensure!(
+            dtype == DType::F32,
+            "Gradient compression is currently supported for fp32 only"
+        );
+        if !msg.push {
+            protocol_check(kv.keys.len() == 1 && kv.lens.is_empty(), || {
+                format!(
+                    "a compressed pull has 1 key and no lens, not {} keys and {} lens",
+                    kv.keys.len(),
+                    kv.lens.len()
+                )
+            })?;
+            let key = self.decode(kv.keys[0])?;
+            return self.pull_dense(msg, key, out);
+        }
+        protocol_check(
+            kv.keys.len() == 2
+                && kv.lens.len() == 2
+                && kv.lens[1] >= 0
+                && kv.vals.len() == kv.lens[1] as usize,
+            || {
+                format!(
+                    "a compressed push has 2 keys and 2 lens, the second equal to its {} value bytes; got {} keys, lens {:?}",
+                    kv.vals.len(),
+                    kv.keys.len(),
+                    kv.lens
+                )
+            },
+        )?;
+        let n = self.decode(kv.keys[0])? as usize;
+        let key = self.decode(kv.keys[1])?;
+        let Some(params) = self.compression else {
+            bail!("key {key}: a compressed push arrived, but gradient compression was not set on server {} (kSetGradientCompression)", self.cfg.rank);
+        };
+        let words = super::kv::read_u32s(&kv.vals)?;
+        ensure!(
+            words.len() == params.compressed_len(n),
+            "key {key}: {} compressed words cannot hold {n} values ({} expected)",
+            words.len(),
+            params.compressed_len(n)
+        );
+        let mut values = vec![0f32; n];
+        params.dequantize(&words, n, &mut values);
+        self.push_dense(msg, key, DType::F32, bytemuck::cast_slice(&values), out)
+    }
+
+    fn row_sparse(
+        &mut self,
+        msg: &Message,
+        kv: KvPairs,
+        dtype: DType,
+        out: &dyn Transport,
+    ) -> Result<()> {
+        let master = self.decode(kv.keys[0])?;
+        let num_rows = kv.keys.len() - 1;
+        let rows = kv.keys[1..]
+            .iter()
+            .map(|&k| Ok(i64::from(self.decode(k)?) - i64::from(master)))
+            .collect::<Result<Vec<i64>>>()?;
+        if !msg.push {
+            return self.pull_rows(msg, &kv, master, &rows, out);
+        }
+        protocol_check(!kv.lens.is_empty() && kv.lens[0] == 0, || {
+            format!(
+                "a row_sparse push starts with a len of 0; got lens {:?}",
+                kv.lens
+            )
+        })?;
+        let unit_bytes = if num_rows > 0 {
+            let u = kv.lens[1];
+            protocol_check(
+                u > 0
+                    && kv.lens[1..].iter().all(|&l| l == u)
+                    && kv.vals.len() == num_rows * u as usize,
+                || {
+                    format!(
+                        "a row_sparse push carries rows of one length adding up to its {} value bytes; got lens {:?}",
+                        kv.vals.len(),
+                        kv.lens
+                    )
+                },
+            )?;
+            ensure!(
+                u as usize % dtype.size() == 0,
+                "key {master}: rows of {u} bytes are not whole {} values",
+                dtype.name()
+            );
+            u as usize
+        } else {
+            0
+        };
+        let unit_len = unit_bytes / dtype.size();
+        let Some(e) = self.store.get(&master) else {
+            // initialisation: every row, in order
+            ensure!(num_rows > 0, "init with empty data is not supported");
+            ensure!(
+                rows.iter().enumerate().all(|(i, &r)| r == i as i64),
+                "key {master}: a row_sparse key is initialised with all its rows 0..n in order (MXNet ignores the row ids of the first push and stores as many rows as it carries); got rows {:?}",
+                &rows[..rows.len().min(8)]
+            );
+            let shape = Shape(vec![num_rows as i64, unit_len as i64]);
+            let data = NDArray::from_bytes(shape.clone(), dtype, Context::CPU0, &kv.vals)?;
+            let stored = NDArray::row_sparse(shape, Context::CPU0, data, &rows)?;
+            let entry = Entry::new(stored, self.multi_precision)?;
+            self.store.insert(master, entry);
+            self.send(out, response_to(msg));
+            return Ok(());
+        };
+        ensure!(
+            e.is_row_sparse(),
+            "key {master} is a dense key on this server; a row_sparse push of it was refused"
+        );
+        ensure!(
+            e.stored.dtype() == dtype,
+            "key {master} holds {} values; a push of {} was refused",
+            e.stored.dtype().name(),
+            dtype.name()
+        );
+        let shape = e.stored.shape().clone();
+        let total = shape.dims()[0];
+        let value = if num_rows == 0 {
+            None
+        } else {
+            ensure!(
+                unit_len as i64 == shape.dims()[1],
+                "key {master}: rows of {unit_len} values pushed to a table with rows of {}",
+                shape.dims()[1]
+            );
+            let data = NDArray::from_bytes(
+                Shape(vec![num_rows as i64, unit_len as i64]),
+                dtype,
+                Context::CPU0,
+                &kv.vals,
+            )?;
+            let recv = NDArray::row_sparse(shape, Context::CPU0, data, &rows)?;
+            recv.check_row_sparse().map_err(|err| {
+                Error::usage(format!("key {master} (table of {total} rows): {err}"))
+            })?;
+            Some(recv)
+        };
+        self.accept(msg, master, Value::RowSparse(value), out)
+    }
+
+    /// `RowSparsePullResponse`: the requested rows, lens `[0, u, u, …]` in
+    /// elements (MXNet's quirk).
+    fn pull_rows(
+        &mut self,
+        msg: &Message,
+        kv: &KvPairs,
+        master: i32,
+        rows: &[i64],
+        out: &dyn Transport,
+    ) -> Result<()> {
+        let mut reply = response_to(msg);
+        if rows.is_empty() {
+            reply.data = KvPairs {
+                keys: kv.keys.clone(),
+                vals: Bytes::new(),
+                lens: vec![0; kv.keys.len()],
+            }
+            .into_parts();
+            self.send(out, reply);
+            return Ok(());
+        }
+        let e = self
+            .store
+            .get(&master)
+            .ok_or_else(|| Error::not_inited(format!("init {master} first")))?;
+        ensure!(
+            e.is_row_sparse(),
+            "key {master} is a dense key on this server; a row_sparse pull of it was refused"
+        );
+        let total = e.stored.shape().dims()[0];
+        if let Some(r) = rows.iter().find(|&&r| !(0..total).contains(&r)) {
+            bail!(
+                "key {master}: row {r} is out of range [0, {total}) on server {}",
+                self.cfg.rank
+            );
+        }
+        let vals = gather_rows(&e.stored, rows)?;
+        let unit = e.stored.row_len() as i32;
+        let mut lens = vec![unit; kv.keys.len()];
+        lens[0] = 0;
+        reply.data = vec![msg.data[0].clone(), Bytes::from(vals), i32_bytes(&lens)];
+        self.send(out, reply);
+        Ok(())
+    }
+
+    /// Merges (sync) or applies (async) a push to a stored key.
+    fn accept(
+        &mut self,
+        msg: &Message,
+        key: i32,
+        value: Value<'_>,
+        out: &dyn Transport,
+    ) -> Result<()> {
+        if !self.sync_mode {
+            let recv = match value {
+                Value::RowSparse(None) => {
+                    self.send(out, response_to(msg));
+                    return Ok(());
+                }
+                Value::RowSparse(Some(a)) => a,
+                Value::Dense(dt, b) => dense_from(b, dt)?,
+            };
+            let e = &self.store[&key];
+            let recv = if e.realt.is_some() {
+                f32_copy(&recv)?
+            } else {
+                recv
+            };
+            let Some(updater) = self.updater.get() else {
+                bail!("Updater needs to be set for async mode (key {key}; the server runs in async mode because no worker sent kSyncMode)");
+            };
+            let e = &self.store[&key];
+            updater.update(key, &recv, e.target())?;
+            if let Some(realt) = &e.realt {
+                e.stored.copy_from(realt)?;
+            }
+            let reply = self.answer(&keys_only(msg), key);
+            self.send(out, reply);
+            return Ok(());
+        }
+        if let Some(err) = &self.lost {
+            return Err(Error::with_kind(
+                err.kind(),
+                format!(
+                    "key {key}: this sync round cannot complete: {}",
+                    err.message()
+                ),
+            ));
+        }
+        let e = self.store.get_mut(&key).expect("stored key");
+        let first = e.pending.is_empty();
+        // MXNet counts requests, not workers (a worker that pushes a key
+        // twice before the others pushed it counts twice); so do we.
+        merge(e, first, value)?;
+        if first {
+            e.started = Some(Instant::now());
+        }
+        e.pending.push(keys_only(msg));
+        if e.pending.len() >= self.cfg.num_workers {
+            self.finish_round(key, out);
+        }
+        Ok(())
+    }
+
+    /// `ApplyUpdates` of a complete round: updater or assign, then answer
+    /// every queued request.
+    fn finish_round(&mut self, key: i32, out: &dyn Transport) {
+        let updater = self.updater.get();
+        let e = self.store.get_mut(&key).expect("stored key");
+        let pending = std::mem::take(&mut e.pending);
+        e.started = None;
+        let result = apply_round(key, e, updater.as_deref());
+        let replies: Vec<Message> = match result {
+            Ok(()) => pending.iter().map(|r| self.answer(r, key)).collect(),
+            Err(err) => pending.iter().map(|r| error_reply(r, &err)).collect(),
+        };
+        for r in replies {
+            self.send(out, r);
+        }
+    }
+
+    /// Answers every queued request with `err` and drops the running rounds.
+    pub fn fail_pending(&mut self, err: &Error, out: &dyn Transport) {
+        let mut replies = Vec::new();
+        for e in self.store.values_mut() {
+            for r in e.pending.drain(..) {
+                replies.push(error_reply(&r, err));
+            }
+            e.started = None;
+        }
+        for r in replies {
+            self.send(out, r);
+        }
+    }
+
+    /// A peer was lost: in sync mode no round can complete any more, so the
+    /// running ones fail now and later pushes are refused at once.
+    pub fn on_peer_lost(&mut self, err: &Error, out: &dyn Transport) {
+        if self.sync_mode {
+            self.fail_pending(err, out);
+            self.lost = Some(err.clone());
+        }
+    }
+
+    /// Fails the rounds that have waited longer than `timeout`, naming the
+    /// workers whose push is missing.
+    pub fn expire_rounds(&mut self, timeout: Duration, out: &dyn Transport) {
+        let now = Instant::now();
+        let num_workers = self.cfg.num_workers;
+        let rank = self.cfg.rank;
+        let mut replies = Vec::new();
+        for (key, e) in self.store.iter_mut() {
+            let Some(t) = e.started else { continue };
+            if now.duration_since(t) < timeout {
+                continue;
+            }
+            let missing: Vec<String> = (0..num_workers)
+                .map(worker_id)
+                .filter(|id| !e.pending.iter().any(|p| p.sender == *id))
+                .map(node_name)
+                .collect();
+            let err = Error::timeout(format!(
+                "server {rank}: sync round of key {key} timed out after {:.0?}: {} of {num_workers} pushes arrived; no push from {}",
+                timeout,
+                e.pending.len(),
+                if missing.is_empty() { "-".to_string() } else { missing.join(", ") }
+            ));
+            for r in e.pending.drain(..) {
+                replies.push(error_reply(&r, &err));
+            }
+            e.started = None;
+        }
+        for r in replies {
+            self.send(out, r);
+        }
+    }
+
+    /// Keys with a running round and the ranks of the workers that pushed.
+    pub fn running_rounds(&self) -> Vec<(i32, Vec<usize>)> {
+        let mut v: Vec<(i32, Vec<usize>)> = self
+            .store
+            .iter()
+            .filter(|(_, e)| !e.pending.is_empty())
+            .map(|(k, e)| (*k, e.pending.iter().map(|p| rank_of(p.sender)).collect()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Runs the server loop: handles events until `kStopServer` (Ok), or
+    /// until the event source closes (Err). Every `tick` (and after each
+    /// event) rounds older than `round_timeout` fail.
+    pub fn run(
+        &mut self,
+        events: &std::sync::mpsc::Receiver<ServerEvent>,
+        out: &dyn Transport,
+        controller: &mut Controller<'_>,
+        round_timeout: Duration,
+    ) -> Result<()> {
+        let tick = (round_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            match events.recv_timeout(tick) {
+                Ok(ServerEvent::Message(m)) => {
+                    if self.handle(m, out, controller) == Flow::Stop {
+                        return Ok(());
+                    }
+                }
+                Ok(ServerEvent::PeerLost(e)) => self.on_peer_lost(&e, out),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let err = Error::peer_lost(format!(
+                        "server {}: the transport closed before kStopServer",
+                        self.cfg.rank
+                    ));
+                    self.fail_pending(&err, out);
+                    return Err(err);
+                }
+            }
+            self.expire_rounds(round_timeout, out);
+        }
+    }
+}
+
+/// `req` without its values (kept while a round runs): the keys part stays
+/// for the pull response.
+fn keys_only(req: &Message) -> Message {
+    let mut m = req.clone();
+    m.data.truncate(1);
+    m
+}
+
+fn check_same(key: i32, stored: &NDArray, dtype: DType, bytes: usize) -> Result<()> {
+    ensure!(
+        stored.dtype() == dtype,
+        "key {key} holds {} values; a push of {} was refused",
+        stored.dtype().name(),
+        dtype.name()
+    );
+    let have = stored.size() * dtype.size();
+    ensure!(
+        have == bytes,
+        "The value size cannot be changed {bytes}. Key is {key} (this server holds {have} bytes of it)"
+    );
+    Ok(())
+}
+
+/// Adds a push into the entry's merge buffer (the first push of a round is
+/// copied).
+fn merge(e: &mut Entry, first: bool, value: Value<'_>) -> Result<()> {
+    let md = e.merge_dtype();
+    match value {
+        Value::Dense(dt, bytes) => {
+            let merged = match &e.merged {
+                Some(m) if m.dtype() == md && m.shape() == e.stored.shape() => m.clone(),
+                _ => {
+                    let m = NDArray::zeros(e.stored.shape().clone(), md, Context::CPU0)?;
+                    e.merged = Some(m.clone());
+                    m
+                }
+            };
+            if dt == md {
+                if first {
+                    merged.copy_from_bytes(bytes)?;
+                } else {
+                    add_bytes(md, merged.write().bytes_mut(), bytes);
+                }
+            } else {
+                let conv = f32_copy(&dense_from(bytes, dt)?)?;
+                if first {
+                    merged.copy_from(&conv)?;
+                } else {
+                    add_bytes(md, merged.write().bytes_mut(), conv.read().bytes());
+                }
+            }
+        }
+        Value::RowSparse(v) => {
+            let shape = e.stored.shape().clone();
+            let v = match v {
+                Some(a) if a.dtype() != md => Some(f32_copy(&a)?),
+                v => v,
+            };
+            let merged = match (first, v, e.merged.take()) {
+                // reset to zeros, then nothing to add (MXNet's "empty gradient")
+                (true, None, _) => empty_row_sparse(shape, md)?,
+                (true, Some(a), _) => a,
+                (false, None, Some(m)) => m,
+                (false, Some(a), Some(m)) => {
+                    sparse::sum_row_sparse(&[m, a], &shape, md, Context::CPU0)?
+                }
+                (false, _, None) => bail!("internal: row_sparse round without a merge buffer"),
+            };
+            e.merged = Some(merged);
+        }
+    }
+    Ok(())
+}
+
+/// The update of a complete sync round: the updater on the sum, or the sum
+/// assigned; then the master copy cast into the stored value.
+fn apply_round(key: i32, e: &mut Entry, updater: Option<&dyn ServerUpdater>) -> Result<()> {
+    let merged = e
+        .merged
+        .clone()
+        .ok_or_else(|| Error::new(format!("internal: key {key} has no merged value")))?;
+    match updater {
+        Some(u) => u.update(key, &merged, e.target())?,
+        None if e.is_row_sparse() => assign_rows(&merged, e.target())?,
+        None if e.realt.is_none() => {
+            // The sum becomes the stored value; the old buffer is the next
+            // round's merge buffer (nothing else holds either).
+            let merged = e.merged.as_mut().expect("merged");
+            std::mem::swap(&mut e.stored, merged);
+        }
+        None => e.target().copy_from(&merged)?,
+    }
+    if let Some(realt) = &e.realt {
+        e.stored.copy_from(realt)?;
+    }
+    if e.is_row_sparse() {
+        // row_sparse merge buffers are rebuilt each round
+        e.merged = None;
+    }
+    Ok(())
+}
+
+/// `stored` (a whole table) becomes `merged`'s rows, zeros elsewhere.
+fn assign_rows(merged: &NDArray, stored: &NDArray) -> Result<()> {
+    let shape = stored.shape().clone();
+    let total = shape.dims()[0];
+    let dense = NDArray::zeros(shape.clone(), stored.dtype(), Context::CPU0)?;
+    dense.copy_from(merged)?; // row_sparse → dense: rows over zeros
+    let all: Vec<i64> = (0..total).collect();
+    let data = NDArray::zeros(shape.clone(), stored.dtype(), Context::CPU0)?;
+    data.copy_from_bytes(dense.read().bytes())?;
+    let full = NDArray::row_sparse(shape, Context::CPU0, data, &all)?;
+    stored.copy_from(&full)
+}
+
+/// The bytes of `rows` (sorted, in range) of the row_sparse `a`: stored rows,
+/// zeros for rows it does not hold.
+fn gather_rows(a: &NDArray, rows: &[i64]) -> Result<Vec<u8>> {
+    let p = a.parts()?;
+    let rb = a.row_len() * a.dtype().size();
+    let idx = p.aux[0].read();
+    let idx = idx.typed::<i64>();
+    let data = p.data.read();
+    let data = data.bytes();
+    let full = idx.len() as i64 == a.shape().dims()[0];
+    let mut out = vec![0u8; rows.len() * rb];
+    for (j, &r) in rows.iter().enumerate() {
+        let k = if full {
+            Some(r as usize)
+        } else {
+            idx.binary_search(&r).ok()
+        };
+        if let Some(k) = k {
+            out[j * rb..(j + 1) * rb].copy_from_slice(&data[k * rb..(k + 1) * rb]);
+        }
+    }
+    Ok(out)
+}

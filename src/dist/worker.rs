@@ -1,0 +1,735 @@
+//! The KV worker: MXNet 1.9.1's `KVStoreDist` request side
+//! (`src/kvstore/kvstore_dist.h`) over ps-lite's `KVWorker`/`Customer`
+//! (`include/ps/kv_app.h`, `src/customer.cc`), without any transport.
+//!
+//! A call turns `(key, NDArray)` pairs into ps keys ([`super::keys`]), cuts
+//! each request by server ranges, sends one message per server through a
+//! [`Transport`] with one timestamp per logical request (SimpleApp commands
+//! draw from the same counter, as in ps-lite), and completes a request when
+//! every server that got a slice answered ([`KvWorker::handle_response`] is
+//! fed the responses by the transport). Pulls are assembled from the
+//! responses sorted by their first key, as `KVWorker::AddPullCB` does.
+//!
+//! Ordering (what MXNet's engine guarantees): a push returns once its
+//! messages are sent; a later pull, pushpull, row_sparse pull or push of the
+//! same key first waits for that push to be answered (a second push of a key
+//! is not sent before the first completed, so a sync server never counts
+//! two pushes of one worker in one round). An error of a push is reported by
+//! the next call on that key or by [`KvWorker::wait_all`].
+//!
+//! Every wait has a deadline ([`WorkerConfig::timeout`]); on expiry the call
+//! fails with a timeout error naming the servers that did not answer, the
+//! key and the timestamp.
+#![forbid(unsafe_code)]
+
+use super::keys::{command_type, slice, Command, KeyEncoder, Pskv, RequestType};
+use super::kv::{i32_bytes, node_name, reply_error, server_id, u64_bytes, KvPairs, Transport};
+use super::message::{Bytes, Message};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ndarray::dtype::DType;
+use crate::ndarray::{Context, NDArray, Shape, StorageType};
+use crate::store::compression::CompressionParams;
+use crate::{bail, ensure};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Who this worker is and how it talks to the servers.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub rank: usize,
+    /// ps-lite customer id (0 for the first store of a process).
+    pub customer_id: i32,
+    pub num_servers: usize,
+    /// `MXNET_KVSTORE_BIGARRAY_BOUND`.
+    pub bigarray_bound: usize,
+    /// Deadline of every wait.
+    pub timeout: Duration,
+}
+
+/// One outstanding request.
+struct Req {
+    /// Server ids that have not answered yet.
+    waiting: Vec<i32>,
+    replies: Vec<KvPairs>,
+    error: Option<Error>,
+    /// What the request was, for timeout messages ("push of key 3").
+    what: String,
+    /// A push nobody waits for: removed when complete, its error kept per key.
+    detached: Option<i32>,
+    done: bool,
+}
+
+#[derive(Default)]
+struct State {
+    next_ts: i32,
+    reqs: HashMap<i32, Req>,
+    /// The timestamp of each key's latest push.
+    last_push: HashMap<i32, i32>,
+    /// Errors of pushes nobody waited for, by key.
+    push_errors: HashMap<i32, Error>,
+    /// Set once a server is lost: every later request fails at once.
+    lost: Option<Error>,
+}
+
+/// The KV worker of one store on one worker node.
+pub struct KvWorker {
+    cfg: WorkerConfig,
+    transport: Arc<dyn Transport>,
+    enc: Mutex<KeyEncoder>,
+    st: Mutex<State>,
+    cv: Condvar,
+    compression: Mutex<Option<CompressionParams>>,
+    /// Quantization residuals of compressed keys.
+    residuals: Mutex<HashMap<i32, Vec<f32>>>,
+}
+
+/// One output of a pull: the array the bytes go to.
+enum Dest<'a> {
+    Dense(&'a NDArray),
+    RowSparse(&'a NDArray, &'a [i64]),
+}
+
+impl KvWorker {
+    pub fn new(cfg: WorkerConfig, transport: Arc<dyn Transport>) -> KvWorker {
+        let enc = KeyEncoder::new(cfg.num_servers, cfg.bigarray_bound);
+        KvWorker {
+            cfg,
+            transport,
+            enc: Mutex::new(enc),
+            st: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            compression: Mutex::new(None),
+            residuals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.cfg
+    }
+
+    /// Turns gradient compression on (or off) for later pushes and pulls.
+    /// Sending `kSetGradientCompression` to the servers is the caller's
+    /// (rank 0's) business: [`KvWorker::command`].
+    pub fn set_compression(&self, params: Option<CompressionParams>) {
+        *self.compression.lock() = params;
+    }
+
+    pub fn compression(&self) -> Option<CompressionParams> {
+        *self.compression.lock()
+    }
+
+    // ------------------------------------------------------------------
+    // Responses and failures (called by the transport's receive side)
+
+    /// Takes a response (KV or SimpleApp) addressed to this worker's
+    /// customer. Unknown timestamps (a request that timed out) and
+    /// unexpected senders are ignored.
+    pub fn handle_response(&self, msg: Message) {
+        if msg.request {
+            return;
+        }
+        let mut st = self.st.lock();
+        let ts = msg.timestamp;
+        let Some(req) = st.reqs.get_mut(&ts) else {
+            return;
+        };
+        let Some(pos) = req.waiting.iter().position(|&s| s == msg.sender) else {
+            return;
+        };
+        req.waiting.swap_remove(pos);
+        if let Some(e) = reply_error(&msg) {
+            req.error.get_or_insert(Error::with_kind(
+                e.kind(),
+                format!("{}: {}", node_name(msg.sender), e.message()),
+            ));
+        } else if msg.pull && !msg.simple_app {
+            match KvPairs::from_parts(&msg.data) {
+                Ok(kv) if !kv.keys.is_empty() => req.replies.push(kv),
+                Ok(_) => {
+                    req.error.get_or_insert(Error::protocol(format!(
+                        "{} answered the {} without data",
+                        node_name(msg.sender),
+                        req.what
+                    )));
+                }
+                Err(e) => {
+                    req.error.get_or_insert(e);
+                }
+            }
+        }
+        if req.waiting.is_empty() {
+            if let Some(key) = req.detached {
+                let req = st.reqs.remove(&ts).expect("present");
+                if let Some(e) = req.error {
+                    st.push_errors.insert(key, e);
+                }
+            } else {
+                req.done = true;
+            }
+            self.cv.notify_all();
+        }
+    }
+
+    /// Fails the requests waiting for node `id` (all requests when `None`)
+    /// with `err`; when a server is lost, every later request fails at once.
+    pub fn fail_peer(&self, id: Option<i32>, err: &Error) {
+        let mut st = self.st.lock();
+        let affected: Vec<i32> = st
+            .reqs
+            .iter()
+            .filter(|(_, r)| id.map_or(true, |id| r.waiting.contains(&id)))
+            .map(|(ts, _)| *ts)
+            .collect();
+        for ts in affected {
+            let req = st.reqs.get_mut(&ts).expect("present");
+            req.waiting.clear();
+            req.error.get_or_insert(err.clone());
+            if let Some(key) = req.detached {
+                let req = st.reqs.remove(&ts).expect("present");
+                st.push_errors.insert(key, req.error.expect("set"));
+            } else {
+                req.done = true;
+            }
+        }
+        if id.map_or(true, |id| id >= 8 && id % 2 == 0) {
+            st.lost.get_or_insert(err.clone());
+        }
+        self.cv.notify_all();
+    }
+
+    // ------------------------------------------------------------------
+    // Sending and waiting
+
+    fn servers(&self) -> Vec<std::ops::Range<u64>> {
+        self.enc.lock().ranges().to_vec()
+    }
+
+    /// Registers a request under a new timestamp, stamps `msgs` with it and
+    /// sends them (the lock is not held while sending: an in-process
+    /// transport may answer at once).
+    fn issue(&self, what: String, detached: Option<i32>, mut msgs: Vec<Message>) -> Result<i32> {
+        let ts = {
+            let mut st = self.st.lock();
+            if let Some(e) = &st.lost {
+                return Err(e.clone());
+            }
+            let ts = st.next_ts;
+            st.next_ts = st.next_ts.wrapping_add(1).max(0);
+            st.reqs.insert(
+                ts,
+                Req {
+                    waiting: msgs.iter().map(|m| m.recver).collect(),
+                    replies: Vec::new(),
+                    error: None,
+                    what,
+                    detached,
+                    done: false,
+                },
+            );
+            if let Some(key) = detached {
+                st.last_push.insert(key, ts);
+            }
+            ts
+        };
+        for m in &mut msgs {
+            m.timestamp = ts;
+        }
+        for m in msgs {
+            let to = m.recver;
+            if let Err(e) = self.transport.send(m) {
+                self.st.lock().reqs.remove(&ts);
+                self.cv.notify_all();
+                return Err(Error::with_kind(
+                    e.kind(),
+                    format!(
+                        "worker {}: sending to {} failed: {}",
+                        self.cfg.rank,
+                        node_name(to),
+                        e.message()
+                    ),
+                ));
+            }
+        }
+        Ok(ts)
+    }
+
+    fn timeout_error(&self, req: &Req, ts: i32) -> Error {
+        let who: Vec<String> = req.waiting.iter().map(|&id| node_name(id)).collect();
+        Error::timeout(format!(
+            "worker {}: no answer from {} to the {} (timestamp {ts}) within {:.0?}",
+            self.cfg.rank,
+            who.join(", "),
+            req.what,
+            self.cfg.timeout
+        ))
+    }
+
+    /// Waits until request `ts` completed and returns it.
+    fn wait(&self, ts: i32) -> Result<Req> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut st = self.st.lock();
+        loop {
+            match st.reqs.get(&ts) {
+                None => bail!("internal: request {ts} vanished"),
+                Some(r) if r.done => {
+                    let r = st.reqs.remove(&ts).expect("present");
+                    return match r.error {
+                        Some(e) => Err(e),
+                        None => Ok(r),
+                    };
+                }
+                Some(_) => {}
+            }
+            if self.cv.wait_until(&mut st, deadline).timed_out() {
+                let mut r = st.reqs.remove(&ts).expect("present");
+                if r.done {
+                    return match r.error.take() {
+                        Some(e) => Err(e),
+                        None => Ok(r),
+                    };
+                }
+                return Err(self.timeout_error(&r, ts));
+            }
+        }
+    }
+
+    /// Waits until the latest push of `key` completed; returns (and clears)
+    /// its error.
+    fn wait_push(&self, key: i32) -> Result<()> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut st = self.st.lock();
+        if let Some(&ts) = st.last_push.get(&key) {
+            while st.reqs.contains_key(&ts) {
+                if self.cv.wait_until(&mut st, deadline).timed_out() {
+                    if let Some(r) = st.reqs.remove(&ts) {
+                        return Err(self.timeout_error(&r, ts));
+                    }
+                }
+            }
+            st.last_push.remove(&key);
+        }
+        match st.push_errors.remove(&key) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every push sent so far; returns the first error of any.
+    pub fn wait_all(&self) -> Result<()> {
+        let keys: Vec<i32> = {
+            let st = self.st.lock();
+            let mut k: Vec<i32> = st
+                .last_push
+                .keys()
+                .chain(st.push_errors.keys())
+                .copied()
+                .collect();
+            k.sort_unstable();
+            k.dedup();
+            k
+        };
+        let mut first = None;
+        for k in keys {
+            if let Err(e) = self.wait_push(k) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Builds one KV message per server slice of `pskv` (values `vals`;
+    /// `None` for a pull, which sends `[keys, empty]` and no lens).
+    fn kv_messages(
+        &self,
+        cmd: i32,
+        push: bool,
+        pull: bool,
+        pskv: &Pskv,
+        vals: Option<&[u8]>,
+    ) -> Result<Vec<Message>> {
+        let ranges = self.servers();
+        let slices = match vals {
+            Some(v) => slice(&pskv.keys, Some(&pskv.lens), v.len(), &ranges)?,
+            None => slice(&pskv.keys, None, 0, &ranges)?,
+        };
+        Ok(slices
+            .into_iter()
+            .map(|s| {
+                let keys = u64_bytes(&pskv.keys[s.keys.clone()]);
+                let data = match vals {
+                    Some(v) => vec![
+                        keys,
+                        Bytes::from(v[s.vals.clone()].to_vec()),
+                        i32_bytes(&pskv.lens[s.keys.clone()]),
+                    ],
+                    None => vec![keys, Bytes::new()],
+                };
+                Message {
+                    head: cmd,
+                    request: true,
+                    push,
+                    pull,
+                    app_id: 0,
+                    customer_id: self.cfg.customer_id,
+                    recver: server_id(s.server),
+                    data,
+                    ..Message::default()
+                }
+            })
+            .collect())
+    }
+
+    /// Sends a SimpleApp command to every server (in server order) and waits
+    /// for all answers (`SimpleApp::Request` + `Wait`).
+    pub fn command(&self, head: i32, body: &[u8]) -> Result<()> {
+        let name = Command::from_head(head)
+            .map_or_else(|| format!("command {head}"), |c| format!("{c:?} command"));
+        let msgs = (0..self.cfg.num_servers)
+            .map(|r| Message {
+                head,
+                body: body.to_vec(),
+                request: true,
+                simple_app: true,
+                app_id: 0,
+                customer_id: self.cfg.customer_id,
+                recver: server_id(r),
+                ..Message::default()
+            })
+            .collect();
+        let ts = self.issue(name, None, msgs)?;
+        self.wait(ts).map(|_| ())
+    }
+
+    // ------------------------------------------------------------------
+    // Push
+
+    /// The ps layout, command and bytes of a push of `value` to `key`
+    /// (`init`: the first push, uncompressed, every row of a row_sparse value).
+    fn encode_push(&self, key: i32, value: &NDArray, init: bool) -> Result<(Pskv, i32, Vec<u8>)> {
+        let dtype = value.dtype();
+        check_float(key, dtype)?;
+        let compression = self.compression();
+        match value.stype() {
+            StorageType::Default => {
+                let n = value.size();
+                let bytes = value.read().bytes().to_vec();
+                match compression {
+                    None => {
+                        let p = self.enc.lock().encode_default(key, n, dtype.size())?;
+                        Ok((p, command_type(RequestType::Default, dtype.code()), bytes))
+                    }
+                    Some(c) => {
+                        ensure!(
+                            dtype == DType::F32,
+                            "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
+                            dtype.name()
+                        );
+                        let factor = c.kind.values_per_word();
+                        if init {
+                            let p = self
+                                .enc
+                                .lock()
+                                .encode_compressed(key, n, false, 4, factor)?;
+                            return Ok((p, command_type(RequestType::Default, 0), bytes));
+                        }
+                        let p = self.enc.lock().encode_compressed(key, n, true, 4, factor)?;
+                        let grad: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+                        let mut words = vec![0u32; c.compressed_len(n)];
+                        {
+                            let mut res = self.residuals.lock();
+                            let r = res.entry(key).or_insert_with(|| vec![0f32; n]);
+                            ensure!(
+                                r.len() == n,
+                                "The value size can't be changed. For key {key}"
+                            );
+                            c.quantize(&grad, r, &mut words);
+                        }
+                        let wb: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                        Ok((p, command_type(RequestType::Compressed, 0), wb))
+                    }
+                }
+            }
+            StorageType::RowSparse => {
+                ensure!(
+                    compression.is_none(),
+                    "Gradient compression for row sparse storage type is not supported (key {key})"
+                );
+                value.check_row_sparse()?;
+                let total = value.shape().dims()[0];
+                let unit = value.row_len();
+                let (rows, bytes) = if init {
+                    // every row, so that each server's table is whole
+                    let dense = NDArray::zeros(value.shape().clone(), dtype, Context::CPU0)?;
+                    dense.copy_from(value)?;
+                    let b = dense.read().bytes().to_vec();
+                    ((0..total).collect::<Vec<i64>>(), b)
+                } else {
+                    let p = value.parts()?;
+                    let b = p.data.read().bytes().to_vec();
+                    (value.rsp_indices()?, b)
+                };
+                let p = self.enc.lock().encode_row_sparse(
+                    key,
+                    &rows,
+                    unit,
+                    total as usize,
+                    dtype.size(),
+                )?;
+                Ok((p, command_type(RequestType::RowSparse, dtype.code()), bytes))
+            }
+            _ => bail!(
+                "key {key}: only dense and row_sparse values can be pushed to a distributed store"
+            ),
+        }
+    }
+
+    /// Pushes one value per key (already reduced over devices). Returns once
+    /// the messages are sent; see the module documentation for ordering.
+    pub fn push(&self, items: &[(i32, &NDArray)]) -> Result<()> {
+        for &(key, value) in items {
+            self.wait_push(key)?;
+            let (pskv, cmd, bytes) = self.encode_push(key, value, false)?;
+            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(&bytes))?;
+            self.issue(format!("push of key {key}"), Some(key), msgs)?;
+        }
+        Ok(())
+    }
+
+    /// The first push of each key (`Init` on rank 0): sent uncompressed
+    /// (with the compressed keys' server layout), row_sparse values with
+    /// every row; waits until every server stored it.
+    pub fn init(&self, items: &[(i32, &NDArray)]) -> Result<()> {
+        let mut sent = Vec::new();
+        for &(key, value) in items {
+            self.wait_push(key)?;
+            let (pskv, cmd, bytes) = self.encode_push(key, value, true)?;
+            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(&bytes))?;
+            let ts = self.issue(format!("init of key {key}"), None, msgs)?;
+            sent.push(ts);
+        }
+        let mut first = None;
+        for ts in sent {
+            if let Err(e) = self.wait(ts) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    // ------------------------------------------------------------------
+    // Pull
+
+    /// Pulls each key into its dense output (the whole value).
+    pub fn pull(&self, items: &[(i32, &NDArray)]) -> Result<()> {
+        let mut sent = Vec::new();
+        for &(key, out) in items {
+            self.wait_push(key)?;
+            out.ensure_dense("pull into")?;
+            let dtype = out.dtype();
+            check_float(key, dtype)?;
+            let n = out.size();
+            let (pskv, cmd) = match self.compression() {
+                None => (
+                    self.enc.lock().encode_default(key, n, dtype.size())?,
+                    command_type(RequestType::Default, dtype.code()),
+                ),
+                Some(c) => (
+                    self.enc.lock().encode_compressed(
+                        key,
+                        n,
+                        false,
+                        dtype.size(),
+                        c.kind.values_per_word(),
+                    )?,
+                    command_type(RequestType::Compressed, dtype.code()),
+                ),
+            };
+            let ts =
+                self.send_built(format!("pull of key {key}"), cmd, false, true, &pskv, None)?;
+            sent.push((ts, key, pskv, Dest::Dense(out)));
+        }
+        self.finish_pulls(sent)
+    }
+
+    /// Pushes `value` and pulls the result into `out` in one request per
+    /// server (dense keys, no compression).
+    pub fn push_pull(&self, items: &[(i32, &NDArray, &NDArray)]) -> Result<()> {
+        let mut sent = Vec::new();
+        for &(key, value, out) in items {
+            self.wait_push(key)?;
+            ensure!(
+                self.compression().is_none(),
+                "Compression not supported with PushPull (key {key})"
+            );
+            ensure!(
+                value.stype() == StorageType::Default && out.stype() == StorageType::Default,
+                "Expected push_stype and pull_stype of value to be kDefaultStorage (key {key})"
+            );
+            ensure!(
+                value.dtype() == out.dtype(),
+                "Output buffer dtype is different (key {key}: pushed {}, output {})",
+                value.dtype().name(),
+                out.dtype().name()
+            );
+            ensure!(
+                value.size() == out.size(),
+                "key {key}: pushed {} values, output holds {}",
+                value.size(),
+                out.size()
+            );
+            let (pskv, cmd, bytes) = self.encode_push(key, value, false)?;
+            let ts = self.send_built(
+                format!("pushpull of key {key}"),
+                cmd,
+                true,
+                true,
+                &pskv,
+                Some(&bytes),
+            )?;
+            sent.push((ts, key, pskv, Dest::Dense(out)));
+        }
+        self.finish_pulls(sent)
+    }
+
+    /// Pulls rows `row_ids` (sorted, unique, in range) of `key` into the
+    /// row_sparse `out`.
+    pub fn pull_row_sparse(&self, key: i32, out: &NDArray, row_ids: &[i64]) -> Result<()> {
+        self.wait_push(key)?;
+        ensure!(
+            out.stype() == StorageType::RowSparse,
+            "expected kRowSparseStorage output for row_sparse_pull of key {key}"
+        );
+        let dtype = out.dtype();
+        check_float(key, dtype)?;
+        let total = out.shape().dims()[0];
+        ensure!(
+            row_ids.windows(2).all(|w| w[0] < w[1])
+                && row_ids.iter().all(|r| (0..total).contains(r)),
+            "row ids of key {key} must be sorted, unique and in [0, {total})"
+        );
+        let pskv = self.enc.lock().encode_row_sparse(
+            key,
+            row_ids,
+            out.row_len(),
+            total as usize,
+            dtype.size(),
+        )?;
+        let cmd = command_type(RequestType::RowSparse, dtype.code());
+        let ts = self.send_built(
+            format!("row_sparse pull of key {key}"),
+            cmd,
+            false,
+            true,
+            &pskv,
+            None,
+        )?;
+        self.finish_pulls(vec![(ts, key, pskv, Dest::RowSparse(out, row_ids))])
+    }
+
+    fn send_built(
+        &self,
+        what: String,
+        cmd: i32,
+        push: bool,
+        pull: bool,
+        pskv: &Pskv,
+        vals: Option<&[u8]>,
+    ) -> Result<i32> {
+        let msgs = self.kv_messages(cmd, push, pull, pskv, vals)?;
+        self.issue(what, None, msgs)
+    }
+
+    /// Waits for pulls and writes their values (all are waited for; the
+    /// first error is returned).
+    fn finish_pulls(&self, sent: Vec<(i32, i32, Pskv, Dest<'_>)>) -> Result<()> {
+        let mut first = None;
+        for (ts, key, pskv, dest) in sent {
+            let r = self
+                .wait(ts)
+                .and_then(|req| assemble(key, &pskv, req.replies, dest));
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+fn check_float(key: i32, dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::F64 | DType::F16 => Ok(()),
+        other => Err(Error::usage(format!(
+            "key {key}: the distributed store holds float16/32/64 values only, not {} (MXNet's server dies on them: This operation only support floating point types, not {})",
+            other.name(),
+            other.name()
+        ))),
+    }
+}
+
+/// `AddPullCB`'s callback: checks the responses against the requested keys,
+/// sorts them by first key and writes their values into `dest`.
+fn assemble(key: i32, pskv: &Pskv, mut replies: Vec<KvPairs>, dest: Dest<'_>) -> Result<()> {
+    let mut total_keys = 0;
+    for r in &replies {
+        let first = r.keys[0];
+        let start = pskv.keys.partition_point(|&k| k < first);
+        let run = &pskv.keys[start..(start + r.keys.len()).min(pskv.keys.len())];
+        if run != r.keys.as_slice() {
+            return Err(Error::protocol(format!(
+                "unmatched keys size from one server (pull of key {key})"
+            )));
+        }
+        total_keys += r.keys.len();
+    }
+    if total_keys != pskv.keys.len() {
+        return Err(Error::protocol(format!(
+            "lost some servers? (pull of key {key}: {total_keys} of {} keys answered)",
+            pskv.keys.len()
+        )));
+    }
+    replies.sort_by_key(|r| r.keys[0]);
+    let total: usize = replies.iter().map(|r| r.vals.len()).sum();
+    match dest {
+        Dest::Dense(out) => {
+            let mut g = out.write();
+            let buf = g.bytes_mut();
+            ensure!(
+                total == buf.len(),
+                "pull of key {key}: the servers hold {total} bytes, the output {} ({} x {})",
+                buf.len(),
+                out.size(),
+                out.dtype().name()
+            );
+            let mut pos = 0;
+            for r in &replies {
+                buf[pos..pos + r.vals.len()].copy_from_slice(&r.vals);
+                pos += r.vals.len();
+            }
+            Ok(())
+        }
+        Dest::RowSparse(out, rows) => {
+            let rb = out.row_len() * out.dtype().size();
+            ensure!(
+                total == rows.len() * rb,
+                "row_sparse pull of key {key}: the servers sent {total} bytes for {} rows of {rb} bytes",
+                rows.len()
+            );
+            let mut bytes = Vec::with_capacity(total);
+            for r in &replies {
+                bytes.extend_from_slice(&r.vals);
+            }
+            let mut dims = out.shape().dims().to_vec();
+            dims[0] = rows.len() as i64;
+            let data = NDArray::from_bytes(Shape(dims), out.dtype(), out.ctx(), &bytes)?;
+            let got = NDArray::row_sparse(out.shape().clone(), out.ctx(), data, rows)?;
+            out.copy_from(&got)
+        }
+    }
+}
+
+/// Whether an error came from a deadline (for callers that retry).
+pub fn is_timeout(e: &Error) -> bool {
+    e.kind() == ErrorKind::Timeout
+}
