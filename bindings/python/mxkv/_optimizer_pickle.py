@@ -35,7 +35,8 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     instance created here (the optimizers' own ``__setstate__``, a plain ``__dict__``
     update for schedulers) and to nothing else, ``APPEND``/``SETITEM``/``ADDITEMS`` only
     fill real lists, dicts and sets, and the opcodes that call or look up things
-    (``INST``, ``OBJ``, ``EXT1/2/4``, persistent ids, out-of-band buffers) are refused.
+    (``INST``, ``OBJ``, ``EXT1/2/4``, persistent ids, out-of-band buffers) are refused;
+    any opcode not known to be harmless is refused.
     The loaded object is then checked: the top object is an optimizer, an lr scheduler
     appears only as its ``lr_scheduler``, every instance has exactly the attributes mxkv's
     class has (missing or extra ones are refused), and all other values are plain.
@@ -46,6 +47,7 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
 :class:`mxkv.base.MXNetError`; ``err.global_name`` is the refused ``module.name`` (or
 ``None`` when the pickle was refused for another reason: size, opcode, structure).
 """
+import _compat_pickle
 import copyreg
 import io
 import pickle
@@ -293,11 +295,14 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
             return _FIXED_GLOBALS[key]
         klass = self._tables.by_name.get(key)
         if klass is None:
+            py3 = _compat_pickle.NAME_MAPPING.get(
+                key, (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
+            alias = ' (Python 3: %s.%s)' % py3 if py3 != key else ''
             raise RefusedPickleError(
-                'optimizer pickle refused: global %s is not allowed (a server accepts only '
+                'optimizer pickle refused: global %s%s is not allowed (a server accepts only '
                 'the built-in optimizers %s and lr schedulers %s, as mxnet.* or mxkv.* '
                 'classes, holding plain values)'
-                % (full, ', '.join(OPTIMIZERS), ', '.join(LR_SCHEDULERS)), full)
+                % (full, alias, ', '.join(OPTIMIZERS), ', '.join(LR_SCHEDULERS)), full)
         return _Placeholder(full, klass)
 
     def _new(self, cls, what):
@@ -390,6 +395,34 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
         items = self.pop_mark()
         self._target(set, 'ADDITEMS').update(items)
 
+    def load_inst(self):
+        module = self.readline()[:-1].decode('utf-8')
+        name = self.readline()[:-1].decode('utf-8')
+        klass = self.find_class(module, name)   # refuses every global but ours
+        raise RefusedPickleError('optimizer pickle refused: INST of %s (calls it)'
+                                 % _what(klass), _what(klass))
+
+    def load_obj(self):
+        args = self.pop_mark()
+        klass = args[0] if args else None
+        raise RefusedPickleError('optimizer pickle refused: OBJ of %s (calls it)'
+                                 % _what(klass), _what(klass))
+
+    def _load_ext(self, code):
+        key = copyreg._inverted_registry.get(code)  # pylint: disable=protected-access
+        name = '%s.%s' % key if key else None
+        raise RefusedPickleError('optimizer pickle refused: extension code %d (%s) is not '
+                                 'allowed' % (code, name or 'unregistered'), name)
+
+    def load_ext1(self):
+        self._load_ext(self.read(1)[0])
+
+    def load_ext2(self):
+        self._load_ext(struct.unpack('<H', self.read(2))[0])
+
+    def load_ext4(self):
+        self._load_ext(struct.unpack('<i', self.read(4))[0])
+
     def persistent_load(self, pid):
         raise RefusedPickleError('optimizer pickle refused: persistent ids are not allowed')
 
@@ -413,9 +446,12 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
     dispatch[pickle.SETITEM[0]] = load_setitem
     dispatch[pickle.SETITEMS[0]] = load_setitems
     dispatch[pickle.ADDITEMS[0]] = load_additems
-    for _op, _why in (('INST', 'calls a class'), ('OBJ', 'calls a class'),
-                      ('EXT1', 'extension registry'), ('EXT2', 'extension registry'),
-                      ('EXT4', 'extension registry'), ('PERSID', 'persistent id'),
+    dispatch[pickle.INST[0]] = load_inst
+    dispatch[pickle.OBJ[0]] = load_obj
+    dispatch[pickle.EXT1[0]] = load_ext1
+    dispatch[pickle.EXT2[0]] = load_ext2
+    dispatch[pickle.EXT4[0]] = load_ext4
+    for _op, _why in (('PERSID', 'persistent id'),
                       ('BINPERSID', 'persistent id'), ('NEXT_BUFFER', 'out-of-band buffer'),
                       ('READONLY_BUFFER', 'out-of-band buffer')):
         dispatch[getattr(pickle, _op)[0]] = _refuse_opcode(_op, _why)
