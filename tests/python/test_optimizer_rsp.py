@@ -7,8 +7,10 @@ reproduced: lazy updates of the gradient's rows only (``sgd_update``, ``sgd_mom_
 of every row with missing rows read as zero (``lazy_update=False``), and the storage
 fallback (the gradient densified) for the operators without a row_sparse kernel
 (``nag_mom_update``, ``signum_update``, ``signsgd_update``, ``rmsprop_update``,
-``rmspropalex_update``); AdaDelta and Test run on NDArray arithmetic.  Before, every one
-of them raised "mxkv optimizers support dense arrays only".
+``rmspropalex_update``); AdaDelta and Test run on NDArray arithmetic.  Weights may be
+row_sparse too (every row stored where a row_sparse kernel runs, as MXNet requires), with
+the states MXNet makes row_sparse.  Before, every one of them raised "mxkv optimizers
+support dense arrays only".
 """
 import numpy as np
 import pytest
@@ -51,11 +53,12 @@ def _ids():
     return ['%s-%d' % (name, i) for i, (name, _) in enumerate(CASES)]
 
 
-def trajectory(mx, name, kwargs, dtype, n_dev):
+def trajectory(mx, name, kwargs, dtype, n_dev, weight_stype='default'):
     rng = np.random.RandomState(11)
     w0 = (rng.randn(*SHAPE) * 0.5).astype(dtype)
     kv = mx.kv.create('local')
-    kv.init([0, 1], [mx.nd.array(w0, dtype=dtype), mx.nd.array(w0[::-1].copy(), dtype=dtype)])
+    kv.init([0, 1], [mx.nd.array(w0, dtype=dtype).tostype(weight_stype),
+                     mx.nd.array(w0[::-1].copy(), dtype=dtype).tostype(weight_stype)])
     kv.set_optimizer(mx.optimizer.create(name, **kwargs))
     out = []
     for step in range(STEPS):
@@ -70,9 +73,15 @@ def trajectory(mx, name, kwargs, dtype, n_dev):
                     dtype=dtype))
             grads.append(per_dev if n_dev > 1 else per_dev[0])
         kv.push([0, 1], grads)
-        res = [mx.nd.zeros(SHAPE, dtype=dtype) for _ in range(2)]
-        kv.pull([0, 1], out=res)
-        out.append([r.asnumpy() for r in res])
+        if weight_stype == 'row_sparse':
+            res = [mx.nd.sparse.zeros('row_sparse', SHAPE, dtype=dtype) for _ in range(2)]
+            all_rows = mx.nd.array(np.arange(SHAPE[0]), dtype='int64')
+            kv.row_sparse_pull([0, 1], out=res, row_ids=[all_rows, all_rows])
+            out.append([[r.indices.asnumpy(), r.data.asnumpy()] for r in res])
+        else:
+            res = [mx.nd.zeros(SHAPE, dtype=dtype) for _ in range(2)]
+            kv.pull([0, 1], out=res)
+            out.append([r.asnumpy() for r in res])
     return out
 
 
@@ -88,6 +97,42 @@ def test_rsp_gradient_trajectory_matches_mxnet(both, case, dtype):
     assert_same_bits(expected, got, '%s %r %s' % (name, kwargs, dtype))
     # the weight changed where it should
     assert not np.array_equal(got[-1][0], got[0][0])
+
+
+# MXNet's Test optimizer then fails at ``state[:] = weight`` (a dense state from a
+# row_sparse weight), after updating the weight; its updater prints and swallows that
+@pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
+@pytest.mark.parametrize('case', range(len(CASES)), ids=_ids())
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+def test_row_sparse_weights_match_mxnet(both, case, dtype):
+    """row_sparse weights storing every row (MXNet's row_sparse kernels need that); the
+    states are row_sparse too where MXNet makes them so (lazy SGD/Adam, AdaGrad, RMSProp,
+    Signum), and the stored rows after each step must match"""
+    mxnet, mxkv = both
+    name, kwargs = CASES[case]
+    if dtype == 'float64' and name in ('adagrad', 'rmsprop', 'adadelta'):
+        pytest.skip('their states are float32 in MXNet 1.9.1: float64 weights fail there')
+    expected = trajectory(mxnet, name, kwargs, dtype, 1, 'row_sparse')
+    got = trajectory(mxkv, name, kwargs, dtype, 1, 'row_sparse')
+    assert_same_bits(expected, got, '%s %r %s row_sparse weight' % (name, kwargs, dtype))
+
+
+def test_row_sparse_weight_missing_rows_is_an_error(mxkv):
+    """MXNet's CheckAllRowsPresent: a kernel update of a row_sparse weight that does not
+    store every row fails (in MXNet asynchronously: the next read of the weight raises
+    "SGDUpdate for RowSparse weights is only implemented for RowSparse weights with all
+    rows containing non-zeros"); mxkv raises it from the push and keeps the weight"""
+    mx = mxkv
+    kv = mx.kv.create('local')
+    weight = np.ones(SHAPE, np.float32)
+    weight[2] = 0
+    kv.init(0, mx.nd.array(weight).tostype('row_sparse'))
+    kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1))
+    with pytest.raises(mx.base.MXNetError, match='all rows containing non-zeros'):
+        kv.push(0, mx.nd.sparse.row_sparse_array(([[1.0, 1, 1]], [1]), shape=SHAPE))
+    out = mx.nd.sparse.zeros('row_sparse', SHAPE)
+    kv.row_sparse_pull(0, out=out, row_ids=mx.nd.array(np.arange(SHAPE[0])))
+    np.testing.assert_array_equal(out.asnumpy(), weight)
 
 
 @pytest.mark.parametrize('case', [0, 5, 10, 14], ids=lambda c: CASES[c][0])

@@ -214,6 +214,64 @@ def _sparse_adagrad_update(weight, grad, history, rows, lr, wd, epsilon, rescale
         w[idx] = w[idx] - gr / np.sqrt(rows_h + k.eps) * k.lr
 
 
+class _StandIns(object):
+    """Dense stand-ins for a row_sparse weight and its row_sparse states, written back after
+    the update (``with _StandIns(weight, state, kernel) as (w, st): ...``).
+
+    ``kernel=True``: one of MXNet's row_sparse kernels runs (a row_sparse gradient for
+    sgd_update, sgd_mom_update, adam_update, _sparse_adagrad_update): the weight must
+    store every row (MXNet's CheckAllRowsPresent), row_sparse states are filled with
+    zero rows first, and all rows are written back.  ``kernel=False``: MXNet's storage
+    fallback (a dense kernel on dense copies): the results are cast back to row_sparse,
+    keeping the rows with a non-zero element.  Dense weights and states pass through."""
+
+    def __init__(self, weight, state, kernel, func='update'):
+        self.weight, self.state, self.kernel, self.func = weight, state, kernel, func
+        self.pairs = []
+
+    def _stand_in(self, arr):
+        if isinstance(arr, (tuple, list)):
+            res = [self._stand_in(a) for a in arr]
+            return tuple(res) if isinstance(arr, tuple) else res
+        if isinstance(arr, NDArray) and arr.stype == 'row_sparse':
+            dense = arr.tostype('default')
+            self.pairs.append((arr, dense))
+            return dense
+        return arr
+
+    def __enter__(self):
+        weight = self.weight
+        if weight.stype == 'default':
+            return weight, self.state
+        if weight.stype != 'row_sparse':
+            raise MXKVUsageError('mxkv optimizers update dense or row_sparse weights (got %s)'
+                                 % weight.stype)
+        if self.kernel:
+            _, idx = weight._parts()
+            if idx.shape[0] != weight.shape[0]:
+                raise MXNetError('%s for RowSparse weights is only implemented for RowSparse '
+                                 'weights with all rows containing non-zeros. Expects '
+                                 'weights.data.shape[0] (%d) == weights.shape[0] (%d).'
+                                 % (self.func, idx.shape[0], weight.shape[0]))
+        return self._stand_in(weight), self._stand_in(self.state)
+
+    def __exit__(self, exc_type, exc, trace):
+        if exc_type is None:
+            for arr, dense in self.pairs:
+                if self.kernel:  # written in place: every row stays stored
+                    values = dense.asnumpy()
+                    arr._assign_parts(values, np.arange(values.shape[0], dtype=np.int64))
+                else:            # cast_storage of the fallback's dense result
+                    dense.copyto(arr)
+        for _, dense in self.pairs:
+            dense.close()
+        return False
+
+
+def _is_rsp(arr):
+    return isinstance(arr, NDArray) and arr.stype == 'row_sparse'
+
+
 def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient, lazy_update=True):
     """sgd_update: out = (1 - lr*wd)*w - lr*clip(rescale*g) | - (lr*rescale)*g"""
     rows = _rsp_rows(weight, grad)
@@ -275,8 +333,10 @@ def _multi_sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gr
         w[...] = w + new_mom
 
 
-def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
-    """nag_mom_update (NAGMomKernel)"""
+def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient,
+                    out_is_weight=True):
+    """nag_mom_update (NAGMomKernel); `out_is_weight` False: the kernel's output is another
+    array than its weight input (MXNet's storage fallback for a row_sparse weight)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mom)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
@@ -285,10 +345,11 @@ def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_grad
     with _errstate():
         s[...] = k.m * s
         rg = _clip_map(k.rescale * g, k.clip) if k.clip >= 0 else k.rescale * g
+        w_in = w if out_is_weight else w.copy()
         w[...] = w - s + (k.m + one) * (s - k.lr * (rg + k.wd * w))
-        # MXNet writes the weight first (out aliases weight), so the momentum's weight
-        # decay term sees the *updated* weight
-        s[...] = s - k.lr * (rg + k.wd * w)
+        # MXNet writes the output first: when it is the weight (out=weight), the
+        # momentum's weight decay term sees the *updated* weight
+        s[...] = s - k.lr * (rg + k.wd * w_in)
 
 
 def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad,
@@ -578,7 +639,8 @@ class SGD(Optimizer):
 
     def create_state(self, index, weight):
         if self.momentum != 0.0:
-            return zeros(weight.shape, weight.context, dtype=weight.dtype)
+            stype = weight.stype if self.lazy_update else 'default'
+            return zeros(weight.shape, weight.context, dtype=weight.dtype, stype=stype)
         return None
 
     def _update_impl(self, indices, weights, grads, states):
@@ -598,11 +660,14 @@ class SGD(Optimizer):
             if aggregate:
                 _multi_sgd_update(weight, grad, state if self.momentum > 0 else None, lr, wd,
                                   momentum, self.rescale_grad, clip_g)
-            elif state is not None:
-                _sgd_mom_update(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
-                                self.lazy_update)
-            else:
-                _sgd_update(weight, grad, lr, wd, self.rescale_grad, clip_g, self.lazy_update)
+                continue
+            func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
+            with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
+                if st is not None:
+                    _sgd_mom_update(w, grad, st, lr, wd, momentum, self.rescale_grad, clip_g,
+                                    self.lazy_update)
+                else:
+                    _sgd_update(w, grad, lr, wd, self.rescale_grad, clip_g, self.lazy_update)
 
     def update(self, index, weight, grad, state):
         self._update_impl(index, weight, grad, state)
@@ -621,7 +686,7 @@ class Signum(Optimizer):
 
     def create_state(self, index, weight):
         if self.momentum != 0.0:
-            return zeros(weight.shape, weight.context, dtype=weight.dtype)
+            return zeros(weight.shape, weight.context, dtype=weight.dtype, stype=weight.stype)
         return None
 
     def update(self, index, weight, grad, state):
@@ -630,11 +695,12 @@ class Signum(Optimizer):
         wd = self._get_wd(index)
         momentum = self.momentum if self.momentum > 0 else 0.0
         wd_lh = self.wd_lh if self.wd_lh else 0.0
-        if state is not None:
-            _signum_update(weight, grad, state, lr, wd, momentum, self.rescale_grad,
-                           self._clip_param(), wd_lh)
-        else:
-            _signsgd_update(weight, grad, lr, wd, self.rescale_grad, self._clip_param())
+        with _StandIns(weight, state, False) as (w, st):  # no row_sparse kernel: fallback
+            if st is not None:
+                _signum_update(w, grad, st, lr, wd, momentum, self.rescale_grad,
+                               self._clip_param(), wd_lh)
+            else:
+                _signsgd_update(w, grad, lr, wd, self.rescale_grad, self._clip_param())
 
 
 @register
@@ -654,11 +720,14 @@ class NAG(Optimizer):
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         if state is not None:
-            _nag_mom_update(weight, grad, state, lr, wd,
-                            self.momentum if self.momentum > 0 else 0.0,
-                            self.rescale_grad, self._clip_param())
+            with _StandIns(weight, state, False) as (w, st):  # nag_mom_update: fallback
+                _nag_mom_update(w, grad, st, lr, wd,
+                                self.momentum if self.momentum > 0 else 0.0,
+                                self.rescale_grad, self._clip_param(),
+                                out_is_weight=w is weight)
         else:
-            _sgd_update(weight, grad, lr, wd, self.rescale_grad, self._clip_param())
+            with _StandIns(weight, None, _is_rsp(grad), 'SGDUpdate') as (w, _):
+                _sgd_update(w, grad, lr, wd, self.rescale_grad, self._clip_param())
 
 
 @register
@@ -673,8 +742,9 @@ class Adam(Optimizer):
         self.lazy_update = lazy_update
 
     def create_state(self, index, weight):
-        return (zeros(weight.shape, weight.context, dtype=weight.dtype),   # mean
-                zeros(weight.shape, weight.context, dtype=weight.dtype))   # variance
+        stype = weight.stype if self.lazy_update else 'default'
+        return (zeros(weight.shape, weight.context, dtype=weight.dtype, stype=stype),  # mean
+                zeros(weight.shape, weight.context, dtype=weight.dtype, stype=stype))  # var
 
     def update(self, index, weight, grad, state):
         self._update_count(index)
@@ -684,9 +754,9 @@ class Adam(Optimizer):
         coef1 = 1. - self.beta1**t
         coef2 = 1. - self.beta2**t
         lr *= math.sqrt(coef2) / coef1
-        mean, var = state
-        _adam_update(weight, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
-                     self.rescale_grad, self._clip_param(), self.lazy_update)
+        with _StandIns(weight, state, _is_rsp(grad), 'AdamUpdate') as (w, (mean, var)):
+            _adam_update(w, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
+                         self.rescale_grad, self._clip_param(), self.lazy_update)
 
 
 @register
@@ -697,18 +767,26 @@ class AdaGrad(Optimizer):
         self.float_stable_eps = eps
 
     def create_state(self, index, weight):
-        return zeros(weight.shape, weight.context)  # history
+        return zeros(weight.shape, weight.context, stype=weight.stype)  # history
 
     def update(self, index, weight, grad, state):
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
-        rows = _rsp_rows(weight, grad, state)
-        if rows is not None:
-            _sparse_adagrad_update(weight, grad, state, rows, lr, wd, self.float_stable_eps,
-                                   self.rescale_grad, self._clip_param())
+        if _is_rsp(grad):
+            if dmlc_float(wd) != 0 or state.stype != weight.stype:
+                raise MXNetError('AdaGrad with a row_sparse gradient needs wd = 0 and a '
+                                 'history of the weight\'s storage type: MXNet 1.9.1 has no '
+                                 '_sparse_adagrad_update kernel otherwise (wd=%s, weight %s, '
+                                 'history %s)' % (wd, weight.stype, state.stype))
+            with _StandIns(weight, state, True, 'AdagradUpdate') as (w, history):
+                rows = _rsp_rows(w, grad, history)
+                _sparse_adagrad_update(w, grad, history, rows, lr, wd,
+                                       self.float_stable_eps, self.rescale_grad,
+                                       self._clip_param())
             return
-        _check_dense(weight, grad, state)
+        if weight.stype == 'default' and state.stype == 'default':
+            _check_dense(weight, grad, state)
         history = state
         grad = grad * self.rescale_grad
         if self.clip_gradient is not None:
@@ -731,25 +809,28 @@ class RMSProp(Optimizer):
         self.clip_weights = clip_weights
 
     def create_state(self, index, weight):
+        stype = weight.stype
         if self.centered:
-            return (zeros(weight.shape, weight.context),   # n
-                    zeros(weight.shape, weight.context),   # g
-                    zeros(weight.shape, weight.context))   # delta
-        return (zeros(weight.shape, weight.context),)      # n
+            return (zeros(weight.shape, weight.context, stype=stype),   # n
+                    zeros(weight.shape, weight.context, stype=stype),   # g
+                    zeros(weight.shape, weight.context, stype=stype))   # delta
+        return (zeros(weight.shape, weight.context, stype=stype),)      # n
 
     def update(self, index, weight, grad, state):
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         clip_w = self.clip_weights if self.clip_weights else -1.0
-        if not self.centered:
-            (n,) = state
-            _rmsprop_update(weight, grad, n, lr, wd, self.gamma1, self.epsilon,
-                            self.rescale_grad, self._clip_param(), clip_w)
-        else:
-            n, g, delta = state
-            _rmspropalex_update(weight, grad, n, g, delta, lr, wd, self.gamma1, self.gamma2,
-                                self.epsilon, self.rescale_grad, self._clip_param(), clip_w)
+        with _StandIns(weight, state, False) as (w, st):  # no row_sparse kernel: fallback
+            if not self.centered:
+                (n,) = st
+                _rmsprop_update(w, grad, n, lr, wd, self.gamma1, self.epsilon,
+                                self.rescale_grad, self._clip_param(), clip_w)
+            else:
+                n, g, delta = st
+                _rmspropalex_update(w, grad, n, g, delta, lr, wd, self.gamma1, self.gamma2,
+                                    self.epsilon, self.rescale_grad, self._clip_param(),
+                                    clip_w)
 
 
 @register
@@ -768,10 +849,8 @@ class AdaDelta(Optimizer):
     def update(self, index, weight, grad, state):
         wd = self._get_wd(index)
         self._update_count(index)
-        if grad.stype != 'row_sparse':  # row_sparse gradients go through the NDArray ops
-            _check_dense(weight, grad)
-        elif weight.stype != 'default':
-            _rsp_rows(weight, grad)  # raises: dense weights only
+        if grad.stype == 'default' and weight.stype == 'default':
+            _check_dense(weight, grad)  # (row_sparse arrays go through the NDArray ops)
         grad *= self.rescale_grad
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
