@@ -5,6 +5,10 @@ element type of the weight and *the same operation order as MXNet 1.9.1's C++
 kernels* (``src/operator/optimizer_op-inl.h``), and with every hyper-parameter
 turned into the constant MXNet's kernel sees (see :mod:`mxkv._numerics`).  For
 float32 and float64 weights the results are bit-identical to MXNet's.
+
+row_sparse gradients and weights take MXNet's paths too: its row_sparse kernels (lazy
+or standard updates of sgd_update, sgd_mom_update, adam_update; _sparse_adagrad_update)
+and, for the other operators, its storage fallback (see ``_StandIns``).
 """
 import math
 import os
