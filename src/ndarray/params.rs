@@ -94,6 +94,9 @@ fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
     Ok(())
 }
 
+/// What a load gives: the arrays, and their names (none, or one per array).
+pub type Loaded = (Vec<NDArray>, Vec<Vec<u8>>);
+
 /// Step by which a buffer grows while reading a source of unknown length.
 const CHUNK: usize = 1 << 20;
 
@@ -148,7 +151,7 @@ impl<R: Read> Reader<R> {
     /// Whether `n` more bytes can be in the source (always, when its length
     /// is unknown).
     fn fits(&self, n: u64) -> bool {
-        self.left().is_none_or(|left| n <= left)
+        self.left().map_or(true, |left| n <= left)
     }
     /// A shape: any ndim from -1 (unknown, read as no dims) up to what the
     /// file holds, as MXNet's `TShape::Load`, which has no other bound.
@@ -220,28 +223,24 @@ impl<R: Read> Reader<R> {
 }
 
 /// Parses `.params` bytes into arrays and names.
-pub fn load(bytes: &[u8]) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+pub fn load(bytes: &[u8]) -> Result<Loaded> {
     load_from(bytes, Some(bytes.len() as u64), "the buffer")
 }
 
 /// Loads a `.params` file, streaming it: a regular file's length bounds
 /// every size read from it; other files (pipes, devices) are read as they
 /// come, with buffers that grow with the bytes read.
-pub fn load_file(path: &Path) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+pub fn load_file(path: &Path) -> Result<Loaded> {
     let cannot = |e: io::Error| Error::new(format!("cannot read {}: {e}", path.display()));
     let file = File::open(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
-    let len = meta.is_file().then(|| meta.len());
+    let len = meta.is_file().then_some(meta.len());
     load_from(BufReader::new(file), len, &path.display().to_string())
 }
 
 /// Parses a `.params` stream of `len` bytes (`None`: unknown) from `src`;
 /// `name` names the source in read errors.
-pub fn load_from<R: Read>(
-    src: R,
-    len: Option<u64>,
-    name: &str,
-) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+pub fn load_from<R: Read>(src: R, len: Option<u64>, name: &str) -> Result<Loaded> {
     let mut r = Reader {
         src,
         pos: 0,
@@ -519,7 +518,7 @@ mod tests {
     }
 
     /// Loads `bytes` as a source of unknown length (a pipe).
-    fn stream(bytes: &[u8]) -> Result<(Vec<NDArray>, Vec<Vec<u8>>)> {
+    fn stream(bytes: &[u8]) -> Result<Loaded> {
         load_from(bytes, None, "a pipe")
     }
 
@@ -554,7 +553,7 @@ mod tests {
     }
 
     /// Loads `path` through a [`Counting`] reader, as `load_file` does.
-    fn load_counted(path: &Path) -> (Result<(Vec<NDArray>, Vec<Vec<u8>>)>, u64) {
+    fn load_counted(path: &Path) -> (Result<Loaded>, u64) {
         let file = File::open(path).unwrap();
         let len = file.metadata().unwrap().len();
         let read = Rc::new(Cell::new(0));
