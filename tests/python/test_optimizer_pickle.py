@@ -739,6 +739,47 @@ def test_shared_structure_is_not_walked_exponentially(mxkv, op):
     assert got.lr_mult['deep'][0] is got.lr_mult['deep'][1]
 
 
+DEEP_KEY = r'''
+import pickle, sys
+depth = 10 ** 6
+tuple_key = pickle.NONE + pickle.TUPLE1 * depth
+bodies = {
+    # a dict, a frozenset and a set whose key is a tuple nested 10**6 deep
+    'setitem': b'\x80\x02' + pickle.EMPTY_DICT + tuple_key + pickle.NONE + pickle.SETITEM
+               + pickle.STOP,
+    'dict': b'\x80\x02' + pickle.MARK + tuple_key + pickle.NONE + pickle.DICT + pickle.STOP,
+    'frozenset': b'\x80\x04' + pickle.MARK + tuple_key + pickle.FROZENSET + pickle.STOP,
+    'additems': b'\x80\x04' + pickle.EMPTY_SET + pickle.MARK + tuple_key + pickle.ADDITEMS
+                + pickle.STOP,
+}
+body = bodies[sys.argv[2]]
+if sys.argv[1] == 'plain':
+    pickle.loads(body)
+else:
+    from mxkv import _optimizer_pickle as op
+    try:
+        op.loads(body)
+    except op.RefusedPickleError as err:
+        print(err.global_name)
+'''
+
+
+@pytest.mark.parametrize('how', ['setitem', 'dict', 'frozenset', 'additems'])
+def test_deeply_nested_key_refused_not_crashing(ref_python, tmp_path, how):
+    """hashing a tuple nested 10**6 deep overflows the C stack: a plain pickle.loads (what
+    MXNet's server runs) dies of SIGSEGV; loads refuses the key before hashing it"""
+    env = _clean_env()
+    env['PYTHONPATH'] = os.path.join(REPO, 'bindings', 'python')
+    runs = {}
+    for mode in ('plain', 'ours'):
+        runs[mode] = subprocess.run([sys.executable, '-c', DEEP_KEY, mode, how],
+                                    cwd=str(tmp_path), capture_output=True, text=True,
+                                    timeout=TIMEOUT, env=env)
+    assert runs['plain'].returncode == -signal.SIGSEGV, runs['plain']
+    assert runs['ours'].returncode == 0, runs['ours'].stderr[-3000:]
+    assert runs['ours'].stdout.split() == ['builtins.tuple']
+
+
 def test_disassembly_of_mxnet_pickles_needs_only_these_globals(mxnet, op):
     """what MXNet 1.9.1's own pickles of the built-in classes contain (protocols 0 to 5):
     the classes, copyreg._reconstructor and object (protocols 0, 1), nothing else"""

@@ -34,7 +34,9 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     ``object.__new__`` (no ``__init__``), ``BUILD`` applies a dict of str keys to an
     instance created here (the optimizers' own ``__setstate__``, a plain ``__dict__``
     update for schedulers) and to nothing else, ``APPEND``/``SETITEM``/``ADDITEMS`` only
-    fill real lists, dicts and sets, and the opcodes that call or look up things
+    fill real lists, dicts and sets, dict keys and set elements must be scalars (hashing a
+    deeply nested tuple crashes CPython: a plain ``pickle.loads``, MXNet's server, dies on
+    such a body), and the opcodes that call or look up things
     (``INST``, ``OBJ``, ``EXT1/2/4``, persistent ids, out-of-band buffers) are refused;
     any opcode not known to be harmless is refused.
     The loaded object is then checked: the top object is an optimizer, an lr scheduler
@@ -272,6 +274,18 @@ def _what(obj):
     return obj.name if isinstance(obj, _Placeholder) else _type_name(obj)
 
 
+_KEY_TYPES = (type(None), bool, int, float, str)
+
+
+def _key(key):
+    """a dict key or set element: a scalar (hashing a deeply nested tuple recurses in C
+    without a depth check and crashes the process; MXNet's states key by int or str)"""
+    if type(key) not in _KEY_TYPES:
+        raise RefusedPickleError('optimizer pickle refused: a %s as a dict key or set element'
+                                 % _what(key), _what(key))
+    return key
+
+
 def _refuse_opcode(name, detail):
     def load(self):  # pylint: disable=unused-argument
         raise RefusedPickleError('optimizer pickle refused: opcode %s (%s) is not allowed'
@@ -380,20 +394,28 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
         items = self.pop_mark()
         self._target(list, 'APPENDS').extend(items)
 
+    def load_dict(self):
+        items = self.pop_mark()
+        self.append({_key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
+
     def load_setitem(self):
         value = self.stack.pop()
         key = self.stack.pop()
-        self._target(dict, 'SETITEM')[key] = value
+        self._target(dict, 'SETITEM')[_key(key)] = value
 
     def load_setitems(self):
         items = self.pop_mark()
         target = self._target(dict, 'SETITEMS')
         for i in range(0, len(items), 2):
-            target[items[i]] = items[i + 1]
+            target[_key(items[i])] = items[i + 1]
 
     def load_additems(self):
         items = self.pop_mark()
-        self._target(set, 'ADDITEMS').update(items)
+        self._target(set, 'ADDITEMS').update(_key(k) for k in items)
+
+    def load_frozenset(self):
+        items = self.pop_mark()
+        self.append(frozenset(_key(k) for k in items))
 
     def load_inst(self):
         module = self.readline()[:-1].decode('utf-8')
@@ -432,7 +454,7 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
                 'BINGET LONG_BINGET LIST EMPTY_LIST PUT BINPUT LONG_BINPUT TUPLE EMPTY_TUPLE '
                 'BINFLOAT TRUE FALSE PROTO TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4 '
                 'BINBYTES SHORT_BINBYTES SHORT_BINUNICODE BINUNICODE8 BINBYTES8 EMPTY_SET '
-                'FROZENSET MEMOIZE FRAME BYTEARRAY8 GLOBAL STACK_GLOBAL').split()
+                'MEMOIZE FRAME BYTEARRAY8 GLOBAL STACK_GLOBAL').split()
     dispatch = {}
     for _op in _ALLOWED:
         _code = getattr(pickle, _op)[0]
@@ -446,6 +468,8 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
     dispatch[pickle.SETITEM[0]] = load_setitem
     dispatch[pickle.SETITEMS[0]] = load_setitems
     dispatch[pickle.ADDITEMS[0]] = load_additems
+    dispatch[pickle.DICT[0]] = load_dict
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
     dispatch[pickle.INST[0]] = load_inst
     dispatch[pickle.OBJ[0]] = load_obj
     dispatch[pickle.EXT1[0]] = load_ext1
@@ -519,7 +543,10 @@ def loads(body, max_bytes=MAX_BODY_BYTES):
     """The optimizer in a ``kController`` body (bytes, or str as MXNet's frontend passes
     it), as an mxkv optimizer; raises :class:`RefusedPickleError` for anything else."""
     if isinstance(body, str):
-        body = body.encode('utf-8')
+        try:
+            body = body.encode('utf-8')
+        except UnicodeEncodeError as err:
+            raise RefusedPickleError('optimizer pickle refused: %s' % err) from None
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise RefusedPickleError('optimizer pickle refused: body is a %s, not bytes'
                                  % _type_name(body))
