@@ -568,3 +568,93 @@ def test_2bit_compression_with_test_optimizer(mx):
             expect += deq * rate
         for new, old in zip(after, before):
             np.testing.assert_allclose((new - old).asnumpy(), expect, rtol=1e-5, atol=1e-6)
+
+
+# === gpu/test_kvstore_gpu.py (its CPU-context parts) ====================================
+def _check_rsp_pull(mx, kv, ctxs, sparse_pull, same_rowid=False, use_slice=False):
+    rows = SHAPE[0]
+    count = len(ctxs)
+    vals = [mx.nd.sparse.zeros(shape=SHAPE, ctx=ctx, stype='row_sparse') for ctx in ctxs]
+    if same_rowid:
+        row_ids = [mx.nd.array(np.random.randint(rows, size=rows))] * count
+    elif use_slice:
+        total = mx.nd.array(np.random.randint(rows, size=count * rows))
+        row_ids = [total[i * rows:(i + 1) * rows] for i in range(count)]
+    else:
+        row_ids = [mx.nd.array(np.random.randint(rows, size=rows)) for _ in range(count)]
+    kv.row_sparse_pull('e', out=vals[0] if count == 1 else vals,
+                       row_ids=row_ids[0] if (count == 1 or same_rowid) else row_ids)
+    for val, ids in zip(vals, row_ids):
+        got = val.asnumpy()
+        wanted = set(ids.asnumpy().astype(int).tolist())
+        for row in range(rows):
+            np.testing.assert_array_equal(got[row], np.full(SHAPE[1], 2.0 if row in wanted
+                                                            else 0.0, np.float32))
+    if sparse_pull:
+        kv.pull('e', out=vals[0] if count == 1 else vals, ignore_sparse=False)
+        for val in vals:
+            np.testing.assert_array_equal(val.asnumpy(), np.full(SHAPE, 2.0, np.float32))
+
+
+@pytest.mark.parametrize('kind', ['local', 'device'])
+@pytest.mark.parametrize('sparse_pull', [True, False])
+def test_rsp_push_pull(mx, kind, sparse_pull):
+    kv = mx.kv.create(kind)
+    kv.init('a', mx.nd.zeros(SHAPE, stype='row_sparse'))
+    kv.init(STR_KEYS, [mx.nd.zeros(shape=SHAPE, stype='row_sparse')] * len(STR_KEYS))
+    kv.init('e', mx.nd.ones(SHAPE).tostype('row_sparse'))
+    kv.push('e', [mx.nd.ones(SHAPE, ctx=mx.cpu(i)).tostype('row_sparse') for i in range(2)])
+    four = [mx.cpu(i) for i in range(4)]
+    _check_rsp_pull(mx, kv, [mx.cpu(0)], sparse_pull)
+    _check_rsp_pull(mx, kv, four, sparse_pull)
+    _check_rsp_pull(mx, kv, four, sparse_pull, same_rowid=True)
+    _check_rsp_pull(mx, kv, four, sparse_pull, use_slice=True)
+
+
+def test_row_sparse_pull_single_device(mx):
+    kv = mx.kv.create('device')
+    copy = mx.nd.random_normal(shape=(4, 4))
+    grad = copy.tostype('row_sparse')
+    kv.init(0, grad)
+    idx = grad.indices
+    kv.push(0, grad)
+    kv.row_sparse_pull(0, out=grad, row_ids=idx)
+    np.testing.assert_array_equal(grad.asnumpy(), copy.asnumpy())
+
+
+def test_rsp_push_pull_large_rowid(mx):
+    rows = 793470
+    val = mx.nd.ones((rows, 1)).tostype('row_sparse')
+    kv = mx.kv.create('device')
+    kv.init('a', val)
+    out = mx.nd.zeros((rows, 1), stype='row_sparse')
+    kv.push('a', val)
+    kv.row_sparse_pull('a', out=out, row_ids=mx.nd.arange(0, rows, dtype='int64'))
+    assert out.indices.shape[0] == rows
+
+
+ARANGE = [((5,), {}), ((1, 4, 0.5), {}), ((0, 5), {'dtype': 'int64'}), ((3,), {'repeat': 2}),
+          ((2.5,), {}), ((0.1, 0.4, 0.1), {}), ((5, 1, -1), {}),
+          ((0, 1, 0.1), {'dtype': 'float64'}), ((1e8, 1e8 + 10), {}),
+          ((-3, 3, 1.5), {'dtype': 'int32'}), ((0, 7, 2), {'dtype': 'uint8'}),
+          ((0, 1, 1e-3), {}), ((5, 1), {}), ((0, 5, 0), {}), ((0, 3), {'ctx': 'cpu1'})]
+
+
+@pytest.mark.parametrize('case', range(len(ARANGE)))
+def test_arange_matches_mxnet(both, case):
+    """mx.nd.arange (used by the test above): MXNet's length rule and element formula"""
+    args, kwargs = ARANGE[case]
+
+    def run(mod):
+        kw = dict(kwargs)
+        if kw.get('ctx') == 'cpu1':
+            kw['ctx'] = mod.cpu(1)
+        try:
+            res = mod.nd.arange(*args, **kw)
+            arr = res.asnumpy()
+        except mod.base.MXNetError:
+            return 'MXNetError'
+        return (arr.dtype.str, arr.shape, arr.tobytes(), str(res.context))
+
+    mxnet, mxkv = both
+    assert run(mxnet) == run(mxkv)

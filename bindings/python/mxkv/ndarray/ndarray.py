@@ -9,6 +9,7 @@ convert them (string round trip through dmlc's parser, then cast to the
 array's dtype), so results are bit-identical to MXNet's float32 kernels.
 """
 import ctypes
+import math
 import operator
 import warnings
 
@@ -26,7 +27,7 @@ _SYNCHRONOUS = bool(getattr(_LIB, '_mxkv_synchronous', False))
 __all__ = ['NDArray', 'empty', 'zeros', 'ones', 'full', 'array', 'waitall', 'concatenate',
            'bfloat16', '_ndarray_cls', 'clip', 'sqrt', 'square', 'sign', 'abs', 'maximum',
            'minimum', 'cast', 'add', 'subtract', 'multiply', 'divide', 'moveaxis',
-           'dtype_np_to_mx', 'dtype_mx_to_np']
+           'dtype_np_to_mx', 'dtype_mx_to_np', 'arange']
 
 bfloat16 = np.dtype([('bfloat16', np.uint16)])
 
@@ -751,6 +752,35 @@ def concatenate(arrays, axis=0, always_copy=True):  # pylint: disable=unused-arg
     """Join arrays along `axis` (a copy)."""
     data = np.concatenate([a.asnumpy() for a in arrays], axis=axis)
     return array(data, ctx=arrays[0].context, dtype=arrays[0].dtype)
+
+
+def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None,
+           dtype=mx_real_t):
+    """Evenly spaced values in [start, stop), each `repeat` times (MXNet's ``_arange``:
+    the length is ceil((stop - start) / step) * repeat in double precision, element i is
+    DType(start) + DType(i // repeat) * DType(step))."""
+    from .._numerics import dmlc_double
+    if stop is None:
+        start, stop = 0, start
+    if infer_range:
+        raise MXNetError('arange: infer_range needs a symbol; give stop')
+    lo, hi, inc = dmlc_double(start), dmlc_double(stop), dmlc_double(step)
+    repeat = int(repeat)
+    if inc == 0:
+        raise MXNetError('Range does not support step=0, received %s' % step)
+    if repeat <= 0:
+        raise MXNetError('Range only supports repeat > 0, received %d' % repeat)
+    if not (lo < hi if inc > 0 else lo > hi):
+        raise MXNetError('Invalid range (start, stop, step) = (%s,%s,%s)' % (start, stop, step))
+    size = int(math.ceil((hi - lo) / inc)) * repeat
+    dt = np.dtype(dtype_mx_to_np(dtype_np_to_mx(dtype)))
+    if dt.kind in 'fc':
+        first, incr = dt.type(lo), dt.type(inc)
+    else:  # MXNet casts through a signed 64-bit index for unsigned types
+        first, incr = (np.int64(lo).astype(dt), np.int64(inc).astype(dt))
+    with np.errstate(all='ignore'):
+        values = first + (np.arange(size, dtype=np.int64) // repeat).astype(dt) * incr
+    return array(values.astype(dt, copy=False), ctx=ctx, dtype=dt)
 
 
 def moveaxis(tensor, source, destination):
