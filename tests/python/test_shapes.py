@@ -131,6 +131,23 @@ def test_row_sparse_array_from_parts_keeps_every_dim(mxkv):
         mx.nd.sparse.row_sparse_array(([[3]], [BIG]), shape=(BIG, 1), dtype='uint8').check_format()
 
 
+def test_save_load_keeps_every_dim(mxkv, tmp_path):
+    """shapes read back from a loaded file (MXNDArrayGetShapeEx64)"""
+    mx = mxkv
+    fname = str(tmp_path / 'big.params')
+    arrays = {'dense': mx.nd.zeros((BIG, 0)), 'mid': mx.nd.zeros((0, MID))}
+    if not _on_real_mxnet(mx):
+        arrays['rsp'] = mx.nd.sparse.row_sparse_array(([[7]], [BIG - 1]), shape=(BIG, 1),
+                                                      dtype='uint8')
+    mx.nd.save(fname, arrays)
+    back = mx.nd.load(fname)
+    assert back['dense'].shape == (BIG, 0) and back['mid'].shape == (0, MID)
+    if 'rsp' in arrays:
+        assert back['rsp'].shape == (BIG, 1)
+        assert back['rsp'].indices.asnumpy().tolist() == [BIG - 1]
+        assert back['rsp'].data.asnumpy().tolist() == [[7]]
+
+
 # --- the store -------------------------------------------------------------------------
 def test_kv_init_dense_keeps_every_dim(mxkv):
     mx = mxkv
