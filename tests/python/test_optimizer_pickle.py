@@ -717,6 +717,19 @@ def test_size_limit(mxkv, op, tmp_path):
     assert not marker.exists()
 
 
+def test_opcode_limit(mxkv, op):
+    """one byte per empty list: a body within the size limit could make the server build
+    millions of objects; loads stops at max_opcodes"""
+    body = op.dumps(mxkv.optimizer.SGD(momentum=0.25))
+    ops = len(list(pickletools.genops(body)))
+    assert op.loads(body, max_opcodes=ops).momentum == 0.25
+    with pytest.raises(op.RefusedPickleError, match='more than %d opcodes' % (ops - 1)):
+        op.loads(body, max_opcodes=ops - 1)
+    bomb = b'\x80\x02' + b']' * (op.MAX_BODY_BYTES - 3) + b'.'
+    with pytest.raises(op.RefusedPickleError, match='more than %d opcodes' % op.MAX_OPCODES):
+        op.loads(bomb)
+
+
 def test_shared_structure_is_not_walked_exponentially(mxkv, op):
     """2**200 paths through 200 shared lists: the check visits each object once"""
     nested = []
@@ -741,10 +754,10 @@ def test_shared_structure_is_not_walked_exponentially(mxkv, op):
 
 DEEP_KEY = r'''
 import pickle, sys
-depth = 10 ** 6
+depth = 900000  # within loads' default opcode limit
 tuple_key = pickle.NONE + pickle.TUPLE1 * depth
 bodies = {
-    # a dict, a frozenset and a set whose key is a tuple nested 10**6 deep
+    # a dict, a frozenset and a set whose key is a tuple nested 900000 deep
     'setitem': b'\x80\x02' + pickle.EMPTY_DICT + tuple_key + pickle.NONE + pickle.SETITEM
                + pickle.STOP,
     'dict': b'\x80\x02' + pickle.MARK + tuple_key + pickle.NONE + pickle.DICT + pickle.STOP,
@@ -766,7 +779,7 @@ else:
 
 @pytest.mark.parametrize('how', ['setitem', 'dict', 'frozenset', 'additems'])
 def test_deeply_nested_key_refused_not_crashing(ref_python, tmp_path, how):
-    """hashing a tuple nested 10**6 deep overflows the C stack: a plain pickle.loads (what
+    """hashing a tuple nested 900000 deep overflows the C stack: a plain pickle.loads (what
     MXNet's server runs) dies of SIGSEGV; loads refuses the key before hashing it"""
     env = _clean_env()
     env['PYTHONPATH'] = os.path.join(REPO, 'bindings', 'python')

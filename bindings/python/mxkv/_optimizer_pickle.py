@@ -42,8 +42,10 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     The loaded object is then checked: the top object is an optimizer, an lr scheduler
     appears only as its ``lr_scheduler``, every instance has exactly the attributes mxkv's
     class has (missing or extra ones are refused), and all other values are plain.
-    Bodies longer than ``max_bytes`` (default :data:`MAX_BODY_BYTES`) are refused
-    before they are parsed.
+    Bodies longer than ``max_bytes`` (default :data:`MAX_BODY_BYTES`, 4 MiB) are refused
+    before they are parsed, and parsing stops after ``max_opcodes`` opcodes (default
+    :data:`MAX_OPCODES`, 10^6), which bounds the memory a hostile body can make the server
+    allocate (about 100 bytes per opcode).
 
 :class:`RefusedPickleError` is a subclass of both :class:`pickle.UnpicklingError` and
 :class:`mxkv.base.MXNetError`; ``err.global_name`` is the refused ``module.name`` (or
@@ -58,11 +60,14 @@ import struct
 from .base import MXNetError
 
 __all__ = ['dumps', 'loads', 'RefusedPickleError', 'UnsendableOptimizerError',
-           'MAX_BODY_BYTES', 'OPTIMIZERS', 'LR_SCHEDULERS', 'accepted_globals']
+           'MAX_BODY_BYTES', 'MAX_OPCODES', 'OPTIMIZERS', 'LR_SCHEDULERS', 'accepted_globals']
 
-#: the largest body :func:`loads` parses (bytes); an optimizer's pickle is a few KB, a
-#: few MB with the ``idx2name`` and lr/wd multipliers of a model with ~10^4 parameters
-MAX_BODY_BYTES = 16 << 20
+#: the largest body :func:`loads` parses (bytes); an optimizer's pickle is a few KB, about
+#: 1.5 MB with the ``idx2name`` and lr/wd multipliers of a model with ~10^4 parameters
+MAX_BODY_BYTES = 4 << 20
+#: the most opcodes :func:`loads` runs (each can create an object of ~100 bytes from one
+#: byte of input: this bounds the memory and time a hostile body costs, ~100 MB and ~2 s)
+MAX_OPCODES = 1000000
 
 #: built-in optimizers a server accepts (class names in mxkv.optimizer.optimizer and
 #: MXNet 1.9.1's mxnet.optimizer.optimizer)
@@ -296,9 +301,10 @@ def _refuse_opcode(name, detail):
 class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-access
     """pickle's pure-Python unpickler with every opcode that calls something replaced."""
 
-    def __init__(self, file, tables):
+    def __init__(self, file, tables, max_ops):
         super(_RestrictedUnpickler, self).__init__(file, fix_imports=False, encoding='ASCII')
         self._tables = tables
+        self._max_ops = self._ops_left = max_ops
         self._created = {}   # id -> instance created by NEWOBJ / the reconstructor
         self._built = set()  # ids BUILD has set up
 
@@ -482,6 +488,16 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
     del _op, _why, _code
 
 
+def _counted(load):
+    def counted(self):
+        self._ops_left -= 1
+        if self._ops_left < 0:
+            raise RefusedPickleError('optimizer pickle refused: more than %d opcodes'
+                                     % self._max_ops)
+        load(self)
+    return counted
+
+
 class _Dispatch(dict):
     def __missing__(self, code):
         def load(self):  # pylint: disable=unused-argument
@@ -490,7 +506,8 @@ class _Dispatch(dict):
         return load
 
 
-_RestrictedUnpickler.dispatch = _Dispatch(_RestrictedUnpickler.dispatch)
+_RestrictedUnpickler.dispatch = _Dispatch(
+    (code, _counted(load)) for code, load in _RestrictedUnpickler.dispatch.items())
 
 
 def _check_loaded(top, tables):
@@ -539,7 +556,7 @@ def _check_loaded(top, tables):
                                      % _what(obj), _what(obj))
 
 
-def loads(body, max_bytes=MAX_BODY_BYTES):
+def loads(body, max_bytes=MAX_BODY_BYTES, max_opcodes=MAX_OPCODES):
     """The optimizer in a ``kController`` body (bytes, or str as MXNet's frontend passes
     it), as an mxkv optimizer; raises :class:`RefusedPickleError` for anything else."""
     if isinstance(body, str):
@@ -555,7 +572,7 @@ def loads(body, max_bytes=MAX_BODY_BYTES):
         raise RefusedPickleError('optimizer pickle refused: %d bytes, more than the limit of '
                                  '%d' % (len(body), max_bytes))
     tables = _Tables.get()
-    unpickler = _RestrictedUnpickler(io.BytesIO(body), tables)
+    unpickler = _RestrictedUnpickler(io.BytesIO(body), tables, max_opcodes)
     try:
         top = unpickler.load()
         _check_loaded(top, tables)
