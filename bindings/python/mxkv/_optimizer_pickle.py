@@ -48,8 +48,11 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     allocate (about 100 bytes per opcode).
 
 :class:`RefusedPickleError` is a subclass of both :class:`pickle.UnpicklingError` and
-:class:`mxkv.base.MXNetError`; ``err.global_name`` is the refused ``module.name`` (or
-``None`` when the pickle was refused for another reason: size, opcode, structure).
+:class:`mxkv.base.MXNetError`; ``err.global_name`` is the refused global's ``module.name``
+as the pickle writes it (protocols 0-2 write Python 2 names, e.g. ``__builtin__.eval``,
+``commands.Popen``; the message adds the Python 3 name), or for a refused structure the
+class of the object concerned (``mxkv.optimizer.optimizer.SGD`` for a wrong attribute set,
+``builtins.set`` for a set value), or ``None`` (size, opcode count, malformed body).
 """
 import _compat_pickle
 import copyreg
@@ -62,8 +65,8 @@ from .base import MXNetError
 __all__ = ['dumps', 'loads', 'RefusedPickleError', 'UnsendableOptimizerError',
            'MAX_BODY_BYTES', 'MAX_OPCODES', 'OPTIMIZERS', 'LR_SCHEDULERS', 'accepted_globals']
 
-#: the largest body :func:`loads` parses (bytes); an optimizer's pickle is a few KB, about
-#: 1.5 MB with the ``idx2name`` and lr/wd multipliers of a model with ~10^4 parameters
+#: the largest body :func:`loads` parses (bytes); an optimizer's pickle is a few KB, 0.5 MB
+#: (65000 opcodes) with the ``idx2name``, wd and lr multipliers of 10^4 parameters
 MAX_BODY_BYTES = 4 << 20
 #: the most opcodes :func:`loads` runs (each can create an object of ~100 bytes from one
 #: byte of input: this bounds the memory and time a hostile body costs, ~100 MB and ~2 s)
