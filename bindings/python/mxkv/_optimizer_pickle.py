@@ -141,7 +141,7 @@ def _default_instance(klass):
 def _state_of(obj):
     """what pickle saves for obj (copyreg._reduce_ex): __getstate__() or __dict__"""
     getstate = getattr(type(obj), '__getstate__', None)
-    if getstate is not None and getstate is not object.__getstate__:
+    if getstate is not None and getstate is not getattr(object, '__getstate__', None):
         return getstate(obj)
     return obj.__dict__
 
