@@ -21,6 +21,10 @@ from . import random
 
 __version__ = base.__version__
 
+# DMLC_ROLE=server or scheduler: serve until the cluster shuts down, then exit (as MXNet).
+from .kvstore import kvstore_server as _kvstore_server
+_kvstore_server._init_kvstore_server_module()
+
 __all__ = ['base', 'MXNetError', 'Context', 'cpu', 'gpu', 'cpu_pinned', 'current_context',
            'nd', 'ndarray', 'optimizer', 'lr_scheduler', 'kv', 'kvstore', 'profiler', 'error',
            'random']

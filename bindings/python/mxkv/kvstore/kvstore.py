@@ -1,7 +1,6 @@
 """KVStore over libmxkv (the API of ``mxnet.kvstore.KVStore`` 1.9.1)."""
 import ctypes
 import os
-import pickle
 import weakref
 
 from ..base import (_LIB, c_str, check_call, last_error, mx_uint, py_str, KVStoreHandle,
@@ -9,6 +8,7 @@ from ..base import (_LIB, c_str, check_call, last_error, mx_uint, py_str, KVStor
 from .._lib import UPDATER, STR_UPDATER, raw_function
 from ..ndarray import NDArray, _ndarray_cls
 from .. import optimizer as opt
+from .. import _optimizer_pickle
 from .base import _ctype_key_value, _ctype_dict, KVStoreBase
 
 __all__ = ['KVStore']
@@ -275,7 +275,8 @@ class KVStore(KVStoreBase):
         is_worker = ctypes.c_int()
         check_call(_LIB.MXKVStoreIsWorkerNode(ctypes.byref(is_worker)))
         if 'dist' in self.type and is_worker.value:
-            optim_str = py_str(pickle.dumps(optimizer, 0))
+            # MXNet's class names and state, protocol 0: real MXNet servers load it too
+            optim_str = py_str(_optimizer_pickle.dumps(optimizer))
             self._send_command_to_servers(_get_kvstore_server_command_type('kController'),
                                           optim_str)
             if optimizer.multi_precision:

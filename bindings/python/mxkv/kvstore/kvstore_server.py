@@ -1,0 +1,78 @@
+"""The server and scheduler roles of a distributed KVStore, as in MXNet 1.9.1.
+
+Importing ``mxkv`` in a process whose ``DMLC_ROLE`` is ``server`` or
+``scheduler`` runs that role until the cluster shuts down, then exits the
+process: every node of a job can run the same command (``mxkv-launch``, and
+MXNet's own ``tools/launch.py``, rely on this). Workers (``DMLC_ROLE`` unset or
+``worker``) import the package as usual.
+
+The server's controller installs the optimizer a worker sends with
+``kv.set_optimizer`` (command 0, ``kController``). The body is unpickled by
+``mxkv._optimizer_pickle.loads``, which accepts only the built-in optimizer and
+lr-scheduler classes (named as ``mxkv`` or MXNet 1.9.1 names them) and plain
+values: any other pickle is refused with a message naming the class, nothing in
+it runs, no updater is installed, and the server keeps serving.
+"""
+import ctypes
+import logging
+import sys
+
+from ..base import _LIB, check_call
+from .._lib import SERVER_CONTROLLER
+from .. import _optimizer_pickle
+
+__all__ = ['KVStoreServer']
+
+_LOG = logging.getLogger('mxkv.kvstore_server')
+
+
+class KVStoreServer(object):
+    """Runs a server (or scheduler) node for a ``dist`` store until shutdown."""
+
+    def __init__(self, kvstore):
+        self.kvstore = kvstore
+        self.refused = []   # (cmd_id, message) of the commands the controller refused
+
+    def _on_command(self, cmd_id, body):
+        if cmd_id == 0:
+            try:
+                optimizer = _optimizer_pickle.loads(body)
+            except _optimizer_pickle.RefusedPickleError as err:
+                self.refused.append((cmd_id, str(err)))
+                _LOG.error('server %d refused an optimizer: %s', self.kvstore.rank, err)
+                return
+            self.kvstore.set_optimizer(optimizer)
+        else:
+            _LOG.warning('server %d: unknown command (%d, %r)', self.kvstore.rank, cmd_id, body)
+
+    def _controller(self):
+        def controller(cmd_id, body, _handle):
+            # an exception must not cross the C callback: log it and keep serving
+            try:
+                self._on_command(cmd_id, body or b'')
+            except Exception as err:  # pylint: disable=broad-except
+                self.refused.append((cmd_id, repr(err)))
+                _LOG.exception('server controller failed on command %d', cmd_id)
+        return SERVER_CONTROLLER(controller)
+
+    def run(self):
+        """Serve until the cluster shuts down (returns then)."""
+        self._callback = self._controller()   # kept alive while the library may call it
+        check_call(_LIB.MXKVStoreRunServer(self.kvstore.handle, self._callback, None))
+
+
+def _role_is_worker():
+    is_worker = ctypes.c_int()
+    check_call(_LIB.MXKVStoreIsWorkerNode(ctypes.byref(is_worker)))
+    return bool(is_worker.value)
+
+
+def _init_kvstore_server_module():
+    """Run this process's server or scheduler role, then exit, when it is not a worker."""
+    if _role_is_worker():
+        return
+    from .base import create
+    kvstore = create('dist')
+    KVStoreServer(kvstore).run()
+    kvstore.close()
+    sys.exit()
