@@ -1095,6 +1095,270 @@ static void test_sparse(const char *type) {
   CHECK_OK(MXKVStoreFree(kv));
 }
 
+/* The parts of a csr array: storage type 2, data (float32), indptr (aux 0)
+   and column indices (aux 1), each as expected. */
+static void check_csr(NDArrayHandle h, const float *data, size_t nnz, const int64_t *indptr,
+                      size_t nptr, const int64_t *indices) {
+  int st = -9;
+  CHECK_OK(MXNDArrayGetStorageType(h, &st));
+  CHECK(st == 2);
+  NDArrayHandle dh = NULL, ph = NULL, ih = NULL;
+  CHECK_OK(MXNDArrayGetDataNDArray(h, &dh));
+  CHECK_OK(MXNDArrayGetAuxNDArray(h, 0, &ph));
+  CHECK_OK(MXNDArrayGetAuxNDArray(h, 1, &ih));
+  CHECK(nd_size(dh) == nnz && nd_size(ph) == nptr && nd_size(ih) == nnz);
+  float gd[8];
+  int64_t gp[8], gi[8];
+  CHECK(nnz <= 8 && nptr <= 8);
+  read_f32(dh, gd, nnz);
+  read_i64(ph, gp, nptr);
+  read_i64(ih, gi, nnz);
+  CHECK(memcmp(gd, data, nnz * sizeof *data) == 0);
+  CHECK(memcmp(gp, indptr, nptr * sizeof *indptr) == 0);
+  CHECK(memcmp(gi, indices, nnz * sizeof *indices) == 0);
+  NDArrayHandle hs[3] = {dh, ph, ih};
+  free_all(hs, 3);
+}
+
+/* A csr array built through the C API as MXNet 1.9.1's csr_matrix builds it
+   (CreateSparseEx, then SyncCopyFromNDArray of data -1, indptr 0, indices 1)
+   holds what was copied in, saves it and loads it back (the data part used
+   to be refused with the row_sparse rule, so such an array saved zeros).
+   csr's own rules: data and column indices 1-d, indptr rows + 1 long. */
+static void test_csr_parts(void) {
+  const uint32_t shape[2] = {3, 4}, aux_shape[2] = {4, 3};
+  uint32_t aux_ndims[2] = {1, 1};
+  int aux_type[2] = {DT_I64, DT_I64};
+  NDArrayHandle c = NULL;
+  CHECK_OK(MXNDArrayCreateSparseEx(2, shape, 2, DEV_CPU, 0, 0, DT_F32, 2, aux_type, aux_ndims,
+                                   aux_shape, &c));
+  /* [[0, 0, 1, 0], [0, 0, 0, 0], [2, 0, 0, 3]] */
+  const float data[3] = {1, 2, 3};
+  const int64_t indptr[4] = {0, 1, 1, 3}, indices[3] = {2, 0, 3};
+  NDArrayHandle hd = make_f32(3, data);
+  NDArrayHandle hp = make_f32(4, (const float[]){0, 1, 1, 3}); /* converted, as in MXNet */
+  NDArrayHandle hi = make_typed(3, DT_I64, indices);
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(c, hd, -1));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(c, hp, 0));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(c, hi, 1));
+  CHECK_OK(MXNDArraySyncCheckFormat(c, true));
+  check_csr(c, data, 3, indptr, 4, indices);
+  /* refused, changing nothing: 2-d data or indices, an indptr that is not
+     rows + 1 long, aux index 2 */
+  uint32_t s31[2] = {3, 1};
+  NDArrayHandle d2 = make_f32_shape(s31, 2, data);
+  NDArrayHandle p3 = make_typed(3, DT_I64, (const int64_t[]){0, 1, 3});
+  NDArrayHandle p5 = make_typed(5, DT_I64, (const int64_t[]){0, 1, 1, 3, 3});
+  CHECK_ERR(MXNDArraySyncCopyFromNDArray(c, d2, -1), "MXNDArraySyncCopyFromNDArray: the data of a csr array is 1-d");
+  CHECK_ERR(MXNDArraySyncCopyFromNDArray(c, d2, 1), "the column indices of a csr array are 1-d");
+  CHECK_ERR(MXNDArraySyncCopyFromNDArray(c, p3, 0), "holds rows + 1 = 4 offsets, not [3]");
+  CHECK_ERR(MXNDArraySyncCopyFromNDArray(c, p5, 0), "holds rows + 1 = 4 offsets, not [5]");
+  CHECK_ERR(MXNDArraySyncCopyFromNDArray(c, p3, 2), "aux index 2 out of range");
+  check_csr(c, data, 3, indptr, 4, indices);
+
+  /* save, load, compare; the loaded array saves the same bytes */
+  char p1[4096], p2[4096];
+  make_temp(p1, sizeof p1);
+  make_temp(p2, sizeof p2);
+  CHECK_OK(MXNDArraySave(p1, 1, &c, NULL));
+  uint32_t n = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **names = NULL;
+  CHECK_OK(MXNDArrayLoad(p1, &n, &arr, &nn, &names));
+  CHECK(n == 1 && nn == 0);
+  NDArrayHandle lc = arr[0];
+  check_csr(lc, data, 3, indptr, 4, indices);
+  CHECK_OK(MXNDArraySyncCheckFormat(lc, true));
+  CHECK_OK(MXNDArraySave(p2, 1, &lc, NULL));
+  unsigned char b1[512], b2[512];
+  size_t l1 = 0, l2 = 0;
+  read_file(p1, b1, sizeof b1, &l1);
+  read_file(p2, b2, sizeof b2, &l2);
+  CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0);
+  unlink(p1);
+  unlink(p2);
+
+  /* A csr made with no room (aux shapes 0, as sparse.zeros makes it) takes
+     parts of any length; data and indices must agree when it is saved. */
+  NDArrayHandle z = NULL;
+  CHECK_OK(MXNDArrayCreateSparseEx(2, shape, 2, DEV_CPU, 0, 1, DT_F32, 2, aux_type, aux_ndims,
+                                   (const uint32_t[]){0, 0}, &z));
+  NDArrayHandle two = make_typed(2, DT_I64, (const int64_t[]){1, 3});
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(z, hd, -1));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(z, hp, 0));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(z, two, 1));
+  make_temp(p1, sizeof p1);
+  CHECK_ERR(MXNDArraySave(p1, 1, &z, NULL), "MXNDArraySave: ");
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(z, hi, 1));
+  CHECK_OK(MXNDArraySave(p1, 1, &z, NULL));
+  unlink(p1);
+
+  NDArrayHandle hs[9] = {c, hd, hp, hi, d2, p3, p5, lc, z};
+  free_all(hs, 9);
+  CHECK_OK(MXNDArrayFree(two));
+}
+
+/* Arrays of shape (rows, 0) as MXNDArrayCreateEx64 / CreateSparseEx64 make
+   them; a row_sparse one stores the rows `ids` (of no elements). */
+static NDArrayHandle make_wide0(int64_t rows, bool sparse, const int64_t *ids, int nids) {
+  const int64_t shape[2] = {rows, 0};
+  NDArrayHandle h = NULL;
+  if (!sparse) {
+    CHECK_OK(MXNDArrayCreateEx64(shape, 2, DEV_CPU, 0, 0, DT_F32, &h));
+    return h;
+  }
+  CHECK_OK(MXNDArrayCreateSparseEx64(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, (int[]){DT_I64},
+                                     (int[]){1}, (const int64_t[]){nids}, &h));
+  if (nids > 0) {
+    NDArrayHandle ih = make_typed((uint32_t)nids, DT_I64, ids);
+    CHECK_OK(MXNDArraySyncCopyFromNDArray(h, ih, 0));
+    CHECK_OK(MXNDArrayFree(ih));
+  }
+  return h;
+}
+
+/* The stored indices of a row_sparse key, through PullWithSparse. */
+static void check_key_rows(KVStoreHandle kv, int key, int64_t rows, const int64_t *want, int n) {
+  NDArrayHandle out = make_wide0(rows, true, NULL, 0), ih = NULL;
+  CHECK_OK(MXKVStorePullWithSparse(kv, 1, &key, &out, 0, false));
+  CHECK_OK(MXNDArrayGetAuxNDArray(out, 0, &ih));
+  CHECK(nd_size(ih) == (size_t)n);
+  int64_t got[8] = {0};
+  CHECK(n <= 8);
+  if (n > 0) read_i64(ih, got, (size_t)n);
+  CHECK(memcmp(got, want, (size_t)n * sizeof *want) == 0);
+  NDArrayHandle hs[2] = {out, ih};
+  free_all(hs, 2);
+}
+
+/* Keys of 2^40 rows of width 0: every call's work scales with the bytes
+   and the stored rows, never with the row count (a push of such a dense
+   value into a row_sparse key took many minutes; MXNet 1.9.1: 0.01 s).
+   Bounded by alarm(): a regression is killed, not waited for. */
+static void test_empty_rows(const char *type) {
+  alarm(120);
+  const int64_t R = (int64_t)1 << 40;
+  KVStoreHandle kv = new_store(type);
+  int kd = 1, kr = 2;
+  NDArrayHandle d0 = make_wide0(R, false, NULL, 0), d1 = make_wide0(R, false, NULL, 0);
+  NDArrayHandle r0 = make_wide0(R, true, NULL, 0);
+  CHECK_OK(MXKVStoreInit(kv, 2, (int[]){kd, kr}, (NDArrayHandle[]){d0, r0}));
+  /* dense key: one value, two, a row_sparse one among them */
+  CHECK_OK(MXKVStorePush(kv, 1, &kd, &d1, 0));
+  CHECK_OK(MXKVStorePush(kv, 2, (int[]){kd, kd}, (NDArrayHandle[]){d0, d1}, 0));
+  CHECK_OK(MXKVStorePush(kv, 2, (int[]){kd, kd}, (NDArrayHandle[]){d0, r0}, 0));
+  CHECK_OK(MXKVStorePull(kv, 1, &kd, &d1, 0));
+  CHECK(nd_size(d1) == 0);
+  /* row_sparse key: rows of no elements are indices only; two values sum
+     to the union of their rows */
+  NDArrayHandle a = make_wide0(R, true, (const int64_t[]){0, 7}, 2);
+  NDArrayHandle b = make_wide0(R, true, (const int64_t[]){7, R / 2}, 2);
+  CHECK_OK(MXKVStorePush(kv, 2, (int[]){kr, kr}, (NDArrayHandle[]){a, b}, 0));
+  check_key_rows(kv, kr, R, (const int64_t[]){0, 7, R / 2}, 3);
+  NDArrayHandle ids = make_typed(3, DT_I64, (const int64_t[]){9, 7, R - 1});
+  NDArrayHandle out = make_wide0(R, true, NULL, 0), ih = NULL;
+  CHECK_OK(MXKVStorePullRowSparse(kv, 1, &kr, &out, &ids, 0));
+  CHECK_OK(MXNDArrayGetAuxNDArray(out, 0, &ih));
+  int64_t got[3];
+  CHECK(nd_size(ih) == 3);
+  read_i64(ih, got, 3);
+  CHECK(got[0] == 7 && got[1] == 9 && got[2] == R - 1);
+  /* a dense value with a row_sparse one: converted to row_sparse (no rows) */
+  NDArrayHandle c = make_wide0(R, true, (const int64_t[]){3}, 1);
+  CHECK_OK(MXKVStorePush(kv, 2, (int[]){kr, kr}, (NDArrayHandle[]){c, d0}, 0));
+  check_key_rows(kv, kr, R, (const int64_t[]){3}, 1);
+  /* and a dense value alone makes the key dense again */
+  CHECK_OK(MXKVStorePush(kv, 1, &kr, &d0, 0));
+  CHECK_OK(MXKVStorePull(kv, 1, &kr, &d1, 0));
+  NDArrayHandle hs[9] = {d0, d1, r0, a, b, ids, out, ih, c};
+  free_all(hs, 9);
+  CHECK_OK(MXKVStoreFree(kv));
+  alarm(0);
+}
+
+/* A row_sparse key of shape [6, 2^62] holding no rows (a row of 2^64
+   bytes): PullRowSparse and pushes return 0 with no rows, never
+   "internal error (panic: ...)" (a row size that wrapped to 0 panicked). */
+static void test_rows_too_large_for_memory(const char *type) {
+  KVStoreHandle kv = new_store(type);
+  const int64_t shape[2] = {6, (int64_t)1 << 62};
+  NDArrayHandle v = NULL, out = NULL, ih = NULL;
+  CHECK_OK(MXNDArrayCreateSparseEx64(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, (int[]){DT_I64},
+                                     (int[]){1}, (const int64_t[]){0}, &v));
+  CHECK_OK(MXNDArrayCreateSparseEx64(1, shape, 2, DEV_CPU, 0, 0, DT_F32, 1, (int[]){DT_I64},
+                                     (int[]){1}, (const int64_t[]){0}, &out));
+  int k = 3;
+  CHECK_OK(MXKVStoreInit(kv, 1, &k, &v));
+  NDArrayHandle ids = make_typed(2, DT_I64, (const int64_t[]){0, 5});
+  CHECK_OK(MXKVStorePullRowSparse(kv, 1, &k, &out, &ids, 0));
+  CHECK_OK(MXNDArrayGetAuxNDArray(out, 0, &ih));
+  CHECK(nd_size(ih) == 0);
+  CHECK_OK(MXKVStorePush(kv, 2, (int[]){k, k}, (NDArrayHandle[]){v, out}, 0));
+  CHECK_OK(MXKVStorePush(kv, 1, &k, &v, 0));
+  CHECK_OK(MXKVStorePullWithSparse(kv, 1, &k, &out, 0, false));
+  CHECK_OK(MXNDArraySyncCheckFormat(out, true));
+  /* a dense array of that shape cannot be made */
+  NDArrayHandle d = NULL;
+  CHECK_ERR(MXNDArrayCreateEx64(shape, 2, DEV_CPU, 0, 0, DT_F32, &d), "MXNDArrayCreateEx64: ");
+  CHECK(d == NULL);
+  NDArrayHandle hs[4] = {v, out, ids, ih};
+  free_all(hs, 4);
+  CHECK_OK(MXKVStoreFree(kv));
+}
+
+/* An updater that breaks local's row_sparse indices through its aux handle
+   (or gives local more indices than data rows) makes the push fail at the
+   end of that update; the key keeps its indices from before the update. */
+static int g_corrupt_mode;
+static void corrupting_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
+  (void)key;
+  (void)user;
+  static const int64_t bad[4][2] = {{3, 1}, {1, 1}, {1, 6}, {-1, 1}};
+  NDArrayHandle aux = NULL, rd = NULL, ra = NULL;
+  CHECK_OK(MXNDArrayGetAuxNDArray(local, 0, &aux));
+  if (g_corrupt_mode < 4) {
+    CHECK_OK(MXNDArraySyncCopyFromCPU(aux, bad[g_corrupt_mode], 2));
+  } else if (g_corrupt_mode == 4) {
+    NDArrayHandle three = make_typed(3, DT_I64, (const int64_t[]){0, 1, 2});
+    CHECK_OK(MXNDArraySyncCopyFromNDArray(local, three, 0));
+    CHECK_OK(MXNDArrayFree(three));
+  } else { /* a valid update: local = recv */
+    CHECK_OK(MXNDArrayGetDataNDArray(recv, &rd));
+    CHECK_OK(MXNDArrayGetAuxNDArray(recv, 0, &ra));
+    CHECK_OK(MXNDArraySyncCopyFromNDArray(local, rd, -1));
+    CHECK_OK(MXNDArraySyncCopyFromNDArray(local, ra, 0));
+    CHECK_OK(MXNDArrayFree(rd));
+    CHECK_OK(MXNDArrayFree(ra));
+  }
+  NDArrayHandle hs[3] = {aux, recv, local};
+  free_all(hs, 3);
+}
+
+static void test_updater_breaking_indices(const char *type) {
+  KVStoreHandle kv = new_store(type);
+  const int64_t i13[2] = {1, 3};
+  const float d13[4] = {1, 1, 3, 3}, sevens[2] = {7, 7};
+  NDArrayHandle w = make_rsp(6, 2, i13, 2, d13);
+  int k = 9;
+  CHECK_OK(MXKVStoreInit(kv, 1, &k, &w));
+  CHECK_OK(MXKVStoreSetUpdater(kv, corrupting_updater, NULL));
+  NDArrayHandle v = make_rsp(6, 2, (const int64_t[]){0}, 1, sevens);
+  NDArrayHandle out = make_rsp(6, 2, NULL, 0, NULL);
+  for (g_corrupt_mode = 0; g_corrupt_mode < 5; g_corrupt_mode++) {
+    CHECK_ERR(MXKVStorePush(kv, 1, &k, &v, 0),
+              "MXKVStorePush: the updater left the row_sparse value of key 9 invalid (");
+    CHECK_ERR(MXKVStorePush(kv, 1, &k, &v, 0), "the key keeps its indices from before the update");
+    CHECK_OK(MXKVStorePullWithSparse(kv, 1, &k, &out, 0, false));
+    check_rsp(out, 2, i13, d13, 2);
+  }
+  CHECK_OK(MXKVStorePush(kv, 1, &k, &v, 0));
+  CHECK_OK(MXKVStorePullWithSparse(kv, 1, &k, &out, 0, false));
+  check_rsp(out, 1, (const int64_t[]){0}, sevens, 2);
+  NDArrayHandle hs[3] = {w, v, out};
+  free_all(hs, 3);
+  CHECK_OK(MXKVStoreFree(kv));
+}
+
 /* §11: 2-bit gradient compression on device (error feedback), none on local. */
 static void test_compression(void) {
   const char *gk[2] = {"type", "threshold"}, *gv[2] = {"2bit", "0.5"};
@@ -1256,6 +1520,17 @@ int main(void) {
   CHECK_LIVE(g_start);
   test_sparse("local");
   test_sparse("device");
+  CHECK_LIVE(g_start);
+  test_csr_parts();
+  CHECK_LIVE(g_start);
+  test_empty_rows("local");
+  test_empty_rows("device");
+  CHECK_LIVE(g_start);
+  test_rows_too_large_for_memory("local");
+  test_rows_too_large_for_memory("device");
+  CHECK_LIVE(g_start);
+  test_updater_breaking_indices("local");
+  test_updater_breaking_indices("device");
   CHECK_LIVE(g_start);
   test_compression();
   CHECK_LIVE(g_start);

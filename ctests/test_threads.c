@@ -21,6 +21,9 @@
  *      (must not deadlock); MXKV_TEST_CROSS_PUSH=1 also pushes to them.
  *   H  row_sparse values adopted by the store without a copy while their
  *      owners overwrite and free them: pulls see whole pushed values only.
+ *   I  calls that used to wait on a lock their own thread held: a row_sparse
+ *      array copied into a handle on its own data part, an updater pulling
+ *      its key into local's data part (local and device).
  *
  * MXKV_TEST_ITERS sets the iterations (default 400 per thread and phase);
  * MXKV_TEST_PHASES=ABC… runs only those phases; MXKV_TEST_VERBOSE=1 prints
@@ -928,6 +931,93 @@ static void run_phase_h(void) {
   CHECK_OK(MXKVStoreFree(g_h_kv));
 }
 
+/* ------------------------------------------------------------- phase I */
+
+/* No call waits on a lock its own thread holds. Every thread, on its own key
+   of one row_sparse store (all rows stored, so the data part has the key's
+   shape): copies a row_sparse array into a handle on that array's own data
+   part (MXNet 1.9.1: rc 0, the values unchanged), and pushes through an
+   updater that first pulls the key into local's data part and then assigns
+   recv. Each of these used to wait forever on its own lock (and every later
+   push of the key with it). */
+#define I_ROWS 2
+#define I_COLS 4
+static KVStoreHandle g_i_kv;
+static _Thread_local float tl_i_last; /* the value this thread last stored */
+
+static void i_values(float *v, float x) {
+  for (int i = 0; i < I_ROWS * I_COLS; i++) v[i] = x + (float)i;
+}
+
+static void i_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *user) {
+  (void)user;
+  NDArrayHandle d = NULL, rd = NULL, ra = NULL;
+  float got[I_ROWS * I_COLS], want[I_ROWS * I_COLS];
+  CHECK_OK(MXNDArrayGetDataNDArray(local, &d));
+  CHECK_OK(MXKVStorePull(g_i_kv, 1, &key, &d, 0)); /* the key into local's own data */
+  read_f32(d, got, I_ROWS * I_COLS);
+  i_values(want, tl_i_last);
+  CHECK(memcmp(got, want, sizeof got) == 0);
+  CHECK_OK(MXNDArrayGetDataNDArray(recv, &rd));
+  CHECK_OK(MXNDArrayGetAuxNDArray(recv, 0, &ra));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(local, rd, -1));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(local, ra, 0));
+  NDArrayHandle hs[5] = {d, rd, ra, recv, local};
+  for (int i = 0; i < 5; i++) CHECK_OK(MXNDArrayFree(hs[i]));
+}
+
+static void *phase_i_thread(void *arg) {
+  targ *a = arg;
+  int key = a->t;
+  const int64_t ids[I_ROWS] = {0, 1};
+  uint32_t shape[2] = {I_ROWS, I_COLS};
+  NDArrayHandle dense = make_f32_shape(shape, 2, NULL);
+  float v[I_ROWS * I_COLS], got[I_ROWS * I_COLS];
+  tl_i_last = (float)(100 * key);
+  start_together();
+  int iters = g_iters / 4 > 0 ? g_iters / 4 : 1;
+  for (int i = 0; i < iters; i++) {
+    float x = (float)(100 * key + i + 1);
+    i_values(v, x);
+    NDArrayHandle r = make_rsp(I_ROWS, I_COLS, ids, I_ROWS, v), d = NULL;
+    /* an array into its own data part */
+    CHECK_OK(MXNDArrayGetDataNDArray(r, &d));
+    CHECK_OK(MXNDArraySyncCopyFromNDArray(d, r, -1));
+    read_f32(d, got, I_ROWS * I_COLS);
+    CHECK(memcmp(got, v, sizeof got) == 0);
+    CHECK_OK(MXNDArrayFree(d));
+    /* a push whose updater pulls the key into local's data part */
+    CHECK_OK(MXKVStorePush(g_i_kv, 1, &key, &r, 0));
+    tl_i_last = x;
+    CHECK_OK(MXKVStorePull(g_i_kv, 1, &key, &dense, 0));
+    read_f32(dense, got, I_ROWS * I_COLS);
+    CHECK(memcmp(got, v, sizeof got) == 0);
+    CHECK_OK(MXNDArrayFree(r));
+  }
+  CHECK_OK(MXNDArrayFree(dense));
+  return NULL;
+}
+
+static void run_phase_i_on(const char *type) {
+  CHECK_OK(MXKVStoreCreate(type, &g_i_kv));
+  const int64_t ids[I_ROWS] = {0, 1};
+  float v[I_ROWS * I_COLS];
+  for (int t = 0; t < NT; t++) {
+    i_values(v, (float)(100 * t));
+    NDArrayHandle r = make_rsp(I_ROWS, I_COLS, ids, I_ROWS, v);
+    CHECK_OK(MXKVStoreInit(g_i_kv, 1, &t, &r));
+    CHECK_OK(MXNDArrayFree(r));
+  }
+  CHECK_OK(MXKVStoreSetUpdater(g_i_kv, i_updater, NULL));
+  run_threads("I (no call waits on a lock its own thread holds)", phase_i_thread, NT, NULL);
+  CHECK_OK(MXKVStoreFree(g_i_kv));
+}
+
+static void run_phase_i(void) {
+  run_phase_i_on("local");
+  run_phase_i_on("device");
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(void) {
@@ -943,6 +1033,7 @@ int main(void) {
   } phases[] = {
       {"C", run_phase_c}, {"E", run_phase_e}, {"F", run_phase_f},
       {"B", run_phase_b_both}, {"G", run_phase_g}, {"H", run_phase_h},
+      {"I", run_phase_i},
   };
   const char *only = getenv("MXKV_TEST_PHASES"); /* e.g. "ABD" */
 

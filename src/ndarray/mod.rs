@@ -83,8 +83,13 @@ impl StorageType {
 pub struct Shape(pub Vec<i64>);
 
 impl Shape {
+    /// The number of elements, saturating at `usize::MAX`: a sparse array's
+    /// logical shape may be larger than memory (`[6, 2^62]` holding no
+    /// rows). Arrays with a buffer always fit.
     pub fn size(&self) -> usize {
-        self.0.iter().map(|&d| d as usize).product()
+        self.0
+            .iter()
+            .fold(1usize, |acc, &d| acc.saturating_mul(d as usize))
     }
     pub fn dims(&self) -> &[i64] {
         &self.0

@@ -152,6 +152,12 @@ impl NDArray {
         }
     }
 
+    /// Puts back parts taken with [`NDArray::parts`] (a store undoing an
+    /// update that left the value invalid).
+    pub fn restore_parts(&self, parts: Parts) {
+        self.replace_parts(parts);
+    }
+
     fn replace_parts(&self, parts: Parts) {
         if let Some(p) = &self.inner.parts {
             *p.write() = parts;
@@ -230,51 +236,75 @@ impl NDArray {
 
     /// Replaces part `i` (-1: the data, ≥0: aux `i`) with a copy of `src`,
     /// taking `src`'s shape and converting to the part's dtype
-    /// (`MXNDArraySyncCopyFromNDArray`).
+    /// (`MXNDArraySyncCopyFromNDArray`). row_sparse: the data holds whole
+    /// rows (`[nnz, d1, …]`), the indices are 1-d. csr: the data and the
+    /// column indices (aux 1) are 1-d, indptr (aux 0) holds `rows + 1`
+    /// offsets. Parts are set one at a time, so whether the data and the
+    /// indices agree in length is checked where the array is used (save,
+    /// `MXNDArraySyncCheckFormat`, a store).
     pub fn set_part(&self, i: i32, src: &NDArray) -> Result<()> {
         src.ensure_dense("copy from")?;
-        let mut parts = self.parts()?;
-        let slot = if i == -1 {
-            &mut parts.data
-        } else {
-            match usize::try_from(i).ok().and_then(|i| parts.aux.get_mut(i)) {
-                Some(a) => a,
-                None => bail!("aux index {i} out of range"),
-            }
+        let Some(lock) = &self.inner.parts else {
+            bail!(
+                "the array is not sparse (storage type {})",
+                self.stype().code()
+            );
         };
-        if i == -1 {
-            ensure!(
-                src.shape().ndim() == self.shape().ndim()
-                    && src.shape().dims()[1..] == self.shape().dims()[1..],
-                "data of shape {} does not fit an array of shape {}",
-                src.shape(),
+        let naux = lock.read().aux.len();
+        let slot = match usize::try_from(i) {
+            Ok(a) if a < naux => Some(a),
+            _ if i == -1 => None,
+            _ => bail!("aux index {i} out of range: the array has {naux} aux arrays"),
+        };
+        let (shape, ndim) = (src.shape(), src.shape().ndim());
+        match (self.stype(), slot) {
+            (StorageType::RowSparse, None) => ensure!(
+                ndim == self.shape().ndim() && shape.dims()[1..] == self.shape().dims()[1..],
+                "data of shape {shape} does not fit an array of shape {}",
                 self.shape()
-            );
-        } else {
-            ensure!(
-                src.shape().ndim() == 1,
-                "aux arrays are 1-d, not {}",
-                src.shape()
-            );
+            ),
+            (StorageType::Csr, None) => ensure!(
+                ndim == 1,
+                "the data of a csr array is 1-d (one value per stored element), not {shape}"
+            ),
+            (StorageType::Csr, Some(0)) => {
+                let rows = self.shape().dims()[0];
+                ensure!(
+                    ndim == 1 && rows.checked_add(1) == Some(shape.dims()[0]),
+                    "the indptr of a csr array of shape {} holds rows + 1 = {} offsets, not {shape}",
+                    self.shape(),
+                    rows.saturating_add(1)
+                );
+            }
+            (StorageType::Csr, Some(_)) => ensure!(
+                ndim == 1,
+                "the column indices of a csr array are 1-d, not {shape}"
+            ),
+            _ => ensure!(ndim == 1, "aux arrays are 1-d, not {shape}"),
         }
-        let copy = if i == -1 {
-            rows_copy(src, slot.dtype(), self.ctx())?
-        } else {
-            let c = NDArray::zeros(src.shape().clone(), slot.dtype(), self.ctx())?;
-            c.copy_from(src)?;
-            c
+        let dtype = {
+            let p = lock.read();
+            slot.map_or(p.data.dtype(), |a| p.aux[a].dtype())
         };
-        *slot = copy;
-        self.replace_parts(parts);
+        // A new array: `src` may be one of the parts (or a handle on one).
+        let copy = NDArray::zeros(shape.clone(), dtype, self.ctx())?;
+        copy.copy_from(src)?;
+        // Under the parts lock: another part set at the same time is kept.
+        let mut p = lock.write();
+        match slot {
+            None => p.data = copy,
+            Some(a) => p.aux[a] = copy,
+        }
         Ok(())
     }
 
-    /// Elements per row (product of the dims after the first).
+    /// Elements per row (product of the dims after the first), saturating
+    /// at `usize::MAX` (a logical shape may be larger than memory when no
+    /// rows are stored): use [`row_bytes`] for byte offsets.
     pub fn row_len(&self) -> usize {
         self.shape().dims()[1..]
             .iter()
-            .map(|&d| d as usize)
-            .product()
+            .fold(1usize, |acc, &d| acc.saturating_mul(d as usize))
     }
 
     /// The row indices of a row_sparse array.
@@ -386,9 +416,20 @@ impl NDArray {
     }
 }
 
+/// Why [`copy_any`] refuses csr arrays.
+const NO_CSR_COPY: &str =
+    "(csr arrays are not supported by this library beyond creation, filling their parts and save/load)";
+
 /// Copies between any dense/row_sparse pair of equal shapes, converting the
-/// dtype: dense → row_sparse stores every row; row_sparse → dense writes the
-/// stored rows over zeros.
+/// dtype: dense → row_sparse stores every row holding a nonzero element;
+/// row_sparse → dense writes the stored rows over zeros. Work is
+/// proportional to the bytes and stored rows involved, never to the number
+/// of rows alone (rows of no elements are never visited).
+///
+/// Locks: each part is locked on its own (copies between two arrays lock
+/// them in address order), and `dst` is never locked for writing while this
+/// thread holds a read lock on it: when `dst` is one of `src`'s parts (a
+/// handle from `MXNDArrayGetDataNDArray`), the parts are read from a copy.
 pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
     ensure!(
         src.shape() == dst.shape(),
@@ -400,15 +441,14 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
         return Ok(());
     }
     match (src.stype(), dst.stype()) {
-                (StorageType::RowSparse, StorageType::RowSparse) => {
+        (StorageType::RowSparse, StorageType::RowSparse) => {
             let p = src.parts()?;
             let d = dst.parts()?;
             let writable = !d.data.is_frozen() && !d.aux[0].is_frozen();
-            if writable
-                && d.data.shape() == p.data.shape()
-                && d.aux[0].shape() == p.aux[0].shape()
+            if writable && d.data.shape() == p.data.shape() && d.aux[0].shape() == p.aux[0].shape()
             {
-                // Same number of rows: overwrite the parts in place.
+                // Same number of rows: overwrite the parts in place (each
+                // `copy_from` locks two distinct arrays, or none).
                 d.data.copy_from(&p.data)?;
                 return d.aux[0].copy_from(&p.aux[0]);
             }
@@ -417,34 +457,38 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             dst.replace_parts(Parts { data, aux });
             Ok(())
         }
-                (StorageType::Default, StorageType::RowSparse) => {
+        (StorageType::Default, StorageType::RowSparse) => {
             // MXNet's cast_storage: keep the rows with an element != 0
-            // (-0.0 counts as zero).
+            // (-0.0 counts as zero). Rows of no elements hold no nonzero:
+            // with `rl == 0` nothing is scanned, however many rows.
             let rl = src.row_len();
-            let idx: Vec<i64> = {
+            let idx: Vec<i64> = if rl == 0 {
+                Vec::new()
+            } else {
                 let g = src.read();
                 crate::with_dtype!(src.dtype(), T => {
                     let v: &[T] = g.typed();
-                    (0..src.shape().dims()[0])
-                        .filter(|&r| {
-                            let r = r as usize;
-                            v[r * rl..(r + 1) * rl].iter().any(|x| !is_zero(*x))
-                        })
+                    v.chunks_exact(rl)
+                        .enumerate()
+                        .filter(|(_, row)| row.iter().any(|x| !is_zero(*x)))
+                        .map(|(r, _)| r as i64)
                         .collect()
                 })
             };
             let data = NDArray::zeros(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
-            {
-                let (ssz, dsz) = (src.dtype().size(), dst.dtype().size());
+            if !idx.is_empty() {
+                // Both buffers exist, so these row sizes fit in memory.
+                let (srow, drow) = (rl * src.dtype().size(), rl * dst.dtype().size());
+                // `data` is new: locking it cannot wait on `src`'s lock.
                 let s = src.read();
                 let mut d = data.write();
-                for (k, &r) in idx.iter().enumerate() {
+                for (&r, out) in idx.iter().zip(d.bytes_mut().chunks_exact_mut(drow)) {
                     let r = r as usize;
                     convert_bytes(
                         src.dtype(),
-                        &s.bytes()[r * rl * ssz..(r + 1) * rl * ssz],
+                        &s.bytes()[r * srow..(r + 1) * srow],
                         dst.dtype(),
-                        &mut d.bytes_mut()[k * rl * dsz..(k + 1) * rl * dsz],
+                        out,
                     );
                 }
             }
@@ -453,11 +497,24 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             Ok(())
         }
         (StorageType::RowSparse, StorageType::Default) => {
-            let p = src.parts()?;
+            let mut p = src.parts()?;
+            if p.data.same(dst) || p.aux.iter().any(|a| a.same(dst)) {
+                // `dst` is a part of `src`: read the parts from a copy (MXNet
+                // hands out copies of parts, so there the copy reads the
+                // value as it was before the call too).
+                p = Parts {
+                    data: p.data.copy_to_ctx(p.data.ctx())?,
+                    aux: p
+                        .aux
+                        .iter()
+                        .map(|a| a.copy_to_ctx(a.ctx()))
+                        .collect::<Result<_>>()?,
+                };
+            }
             let idx = p.aux[0].read().typed::<i64>().to_vec();
             let rows = src.shape().dims()[0];
             ensure!(
-                p.data.shape().dims().first().copied() == Some(idx.len() as i64),
+                p.data.shape() == &rows_shape(idx.len(), src.shape()),
                 "row_sparse value is inconsistent: {} indices for data of shape {}",
                 idx.len(),
                 p.data.shape()
@@ -465,24 +522,27 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             if let Some(r) = idx.iter().find(|r| !(0..rows).contains(*r)) {
                 bail!("row index {r} is out of range [0, {rows}) in a row_sparse array");
             }
-            let (ssz, dsz) = (src.dtype().size(), dst.dtype().size());
             let rl = src.row_len();
             let data = p.data.read();
             let mut out = dst.write();
             out.bytes_mut().fill(0);
-            for (k, &r) in idx.iter().enumerate() {
-                let r = r as usize;
-                convert_bytes(
-                    src.dtype(),
-                    &data.bytes()[k * rl * ssz..(k + 1) * rl * ssz],
-                    dst.dtype(),
-                    &mut out.bytes_mut()[r * rl * dsz..(r + 1) * rl * dsz],
-                );
+            if rl > 0 {
+                // Both buffers exist, so these row sizes fit in memory.
+                let (srow, drow) = (rl * src.dtype().size(), rl * dst.dtype().size());
+                for (&r, row) in idx.iter().zip(data.bytes().chunks_exact(srow)) {
+                    let r = r as usize;
+                    convert_bytes(
+                        src.dtype(),
+                        row,
+                        dst.dtype(),
+                        &mut out.bytes_mut()[r * drow..(r + 1) * drow],
+                    );
+                }
             }
             Ok(())
         }
         (s, d) => bail!(
-            "copying storage type {} into storage type {} is not supported (csr arrays are not supported by this library beyond creation and save/load)",
+            "copying storage type {} into storage type {} is not supported {NO_CSR_COPY}",
             s.code(),
             d.code()
         ),
@@ -625,10 +685,15 @@ fn union_of(parts: &[Parts]) -> Vec<i64> {
 }
 
 /// Writes into `data` (whose rows are `union`) zero plus the rows of every
-/// part, added in part order; `data` need not be zeroed first.
+/// part, added in part order; `data` need not be zeroed first. `data` is
+/// none of the parts (new, or spare parts nothing else holds), so its write
+/// lock never waits on a read lock this thread holds.
 fn accumulate(parts: &[Parts], union: &[i64], data: &NDArray) -> Result<()> {
     let dtype = data.dtype();
     let rl = data.row_len();
+    debug_assert!(parts
+        .iter()
+        .all(|p| !p.data.same(data) && !p.aux.iter().any(|a| a.same(data))));
     let mut out = data.write();
     let mut touched = vec![false; union.len()];
     crate::with_dtype!(dtype, T => {
@@ -645,11 +710,27 @@ fn accumulate(parts: &[Parts], union: &[i64], data: &NDArray) -> Result<()> {
             let src = src.read();
             let src: &[T] = src.typed();
             let idx = p.aux[0].read();
+            let idx = idx.typed::<i64>();
+            // Checked values hold one row per index (shapes never change);
+            // an index rewritten since `union_of` is an error, not a panic.
+            ensure!(
+                rl == 0 || src.len() / rl == idx.len(),
+                "row_sparse value is inconsistent: {} indices for {} elements of rows of {rl}",
+                idx.len(),
+                src.len()
+            );
             // Both index lists are sorted: walk the union alongside.
             let mut pos = 0;
-            for (k, r) in idx.typed::<i64>().iter().enumerate() {
-                while union[pos] != *r {
+            for (k, r) in idx.iter().enumerate() {
+                while pos < union.len() && union[pos] != *r {
                     pos += 1;
+                }
+                ensure!(
+                    pos < union.len(),
+                    "row_sparse indices changed while they were summed (row {r})"
+                );
+                if rl == 0 {
+                    continue;
                 }
                 let o = &mut out[pos * rl..(pos + 1) * rl];
                 let x = &src[k * rl..(k + 1) * rl];
@@ -723,7 +804,9 @@ pub fn row_ids(ids: &NDArray, rows: i64) -> Result<Vec<i64>> {
 
 /// Fills the row_sparse `out` with the rows `ids` (sorted, unique, in range)
 /// of the row_sparse `stored`: stored rows where present, zeros elsewhere.
-/// Touches only the requested rows.
+/// Touches only the requested rows. `out`'s parts are written in place only
+/// when none of them is one of `stored`'s (no write lock on an array this
+/// thread reads).
 pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
     ensure!(
         stored.shape() == out.shape(),
@@ -735,18 +818,25 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
         return retain_rows(&stored.copy_to_ctx(stored.ctx())?, ids, out);
     }
     let p = stored.parts()?;
+    ensure!(
+        p.data.shape() == &rows_shape(p.aux[0].size(), stored.shape()),
+        "row_sparse value is inconsistent: {} indices for data of shape {}",
+        p.aux[0].size(),
+        p.data.shape()
+    );
     // A store holding no rows gives an empty result, whatever the ids (MXNet).
     let ids = if p.aux[0].size() == 0 { &[][..] } else { ids };
-    let rl = stored.row_len();
-    let (ssz, dsz) = (stored.dtype().size(), out.dtype().size());
     // Reuse the output's parts when they already hold as many rows (the
     // steady state of repeated pulls): no allocation, no page faults.
     let old = out.parts()?;
     let shape = rows_shape(ids.len(), out.shape());
+    let shares = |a: &NDArray| a.same(&p.data) || a.same(&p.aux[0]);
     let reuse = old.data.shape() == &shape
         && old.aux[0].size() == ids.len()
         && !old.data.is_frozen()
-        && !old.aux[0].is_frozen();
+        && !old.aux[0].is_frozen()
+        && !shares(&old.data)
+        && !shares(&old.aux[0]);
     let data = if reuse {
         old.data.clone()
     } else {
@@ -759,34 +849,32 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
         let src = p.data.read();
         let mut dst = data.write();
         let (sdt, ddt) = (stored.dtype(), out.dtype());
-        let fill = |(j, row): (usize, &mut [u8])| {
-            let id = ids[j];
-            let k = if full {
-                Some(id as usize)
-            } else {
-                idx.binary_search(&id).ok()
+        // Row sizes from the buffers themselves: nothing to overflow, and a
+        // result of no rows (or rows of no elements) does no work at all.
+        let n = dst.len();
+        if n > 0 {
+            let (srow, drow) = (src.len() / idx.len(), n / ids.len());
+            let fill = |(j, row): (usize, &mut [u8])| {
+                let id = ids[j];
+                let k = if full {
+                    Some(id as usize)
+                } else {
+                    idx.binary_search(&id).ok()
+                };
+                match k {
+                    Some(k) => convert_bytes(sdt, &src.bytes()[k * srow..(k + 1) * srow], ddt, row),
+                    None => row.fill(0),
+                }
             };
-            match k {
-                Some(k) => convert_bytes(
-                    sdt,
-                    &src.bytes()[k * rl * ssz..(k + 1) * rl * ssz],
-                    ddt,
-                    row,
-                ),
-                None => row.fill(0),
+            if n / ddt.size() >= 1 << 16 {
+                use rayon::prelude::*;
+                dst.bytes_mut()
+                    .par_chunks_mut(drow)
+                    .enumerate()
+                    .for_each(fill);
+            } else {
+                dst.bytes_mut().chunks_mut(drow).enumerate().for_each(fill);
             }
-        };
-        if rl > 0 && ids.len() * rl >= 1 << 16 {
-            use rayon::prelude::*;
-            dst.bytes_mut()
-                .par_chunks_mut(rl * dsz)
-                .enumerate()
-                .for_each(fill);
-        } else if rl > 0 {
-            dst.bytes_mut()
-                .chunks_mut(rl * dsz)
-                .enumerate()
-                .for_each(fill);
         }
     }
     if reuse {
@@ -970,5 +1058,216 @@ mod tests {
         r.copy_from(&d).unwrap();
         assert_eq!(r.rsp_indices().unwrap(), vec![0, 1, 2]);
         assert_eq!(dense_of(&r), vec![1., 2., 3., 4., 5., 6.]);
+    }
+
+    /// Runs `f` on another thread and waits at most `secs` for it: a test of
+    /// a former deadlock fails instead of hanging the suite.
+    fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(secs))
+            .expect("the operation did not return (deadlock, or O(rows) work)")
+    }
+
+    #[test]
+    fn a_copy_into_a_part_of_its_source_returns() {
+        // All rows stored: the data part has the array's shape, and copying
+        // the array into it leaves it as it was (MXNet 1.9.1: rc 0, the same
+        // values, the source unchanged).
+        let r = rsp(3, &[0, 1, 2], &[1., 10., 2., 20., 3., 30.]);
+        let d = r.private_parts().unwrap().data;
+        let (r2, d2) = (r.clone(), d.clone());
+        within(20, move || d2.copy_from(&r2)).unwrap();
+        assert_eq!(d.read().typed::<f32>(), &[1., 10., 2., 20., 3., 30.]);
+        assert_eq!(dense_of(&r), vec![1., 10., 2., 20., 3., 30.]);
+        assert_eq!(r.rsp_indices().unwrap(), vec![0, 1, 2]);
+        // ... and into its index part (a 1-d array of all rows stored).
+        let data = dense(&[3], &[0., 1., 2.]);
+        let v = NDArray::row_sparse(Shape(vec![3]), Context::CPU0, data, &[0, 1, 2]).unwrap();
+        let aux = v.private_parts().unwrap().aux[0].clone();
+        let (v2, aux2) = (v.clone(), aux.clone());
+        within(20, move || aux2.copy_from(&v2)).unwrap();
+        assert_eq!(aux.read().typed::<i64>(), &[0, 1, 2]);
+        // Fewer rows stored: shapes differ, an error (never a wait).
+        let r = rsp(4, &[1, 3], &[1., 1., 2., 2.]);
+        let d = r.private_parts().unwrap().data;
+        let e = within(20, move || d.copy_from(&r)).unwrap_err();
+        assert!(e.message().contains("shape mismatch"), "{}", e.message());
+    }
+
+    #[test]
+    fn rows_of_no_elements_cost_nothing() {
+        // 2^40 rows of width 0: dense -> row_sparse stores no row, and the
+        // other way writes nothing; both return at once (this scanned every
+        // row: many minutes).
+        let shape = Shape(vec![1 << 40, 0]);
+        let (d, r) = within(20, move || {
+            let d = NDArray::zeros(shape.clone(), DType::F32, Context::CPU0).unwrap();
+            let r = NDArray::sparse_zeros(
+                StorageType::RowSparse,
+                shape,
+                DType::F32,
+                Context::CPU0,
+                &[DType::I64],
+                &[Shape(vec![0])],
+            )
+            .unwrap();
+            r.copy_from(&d).unwrap();
+            d.copy_from(&r).unwrap();
+            (d, r)
+        });
+        assert_eq!(r.rsp_indices().unwrap(), Vec::<i64>::new());
+        assert_eq!(r.parts().unwrap().data.shape(), &Shape(vec![0, 0]));
+        assert_eq!(d.read().len(), 0);
+        // Stored rows of width 0 (indices only) are kept, and pulled.
+        let rows = NDArray::zeros(Shape(vec![2, 0]), DType::F32, Context::CPU0).unwrap();
+        let v = NDArray::row_sparse(Shape(vec![1 << 40, 0]), Context::CPU0, rows, &[5, 1 << 39])
+            .unwrap();
+        v.check_row_sparse().unwrap();
+        let out = NDArray::sparse_zeros(
+            StorageType::RowSparse,
+            Shape(vec![1 << 40, 0]),
+            DType::F32,
+            Context::CPU0,
+            &[DType::I64],
+            &[Shape(vec![0])],
+        )
+        .unwrap();
+        let (v2, o2) = (v.clone(), out.clone());
+        within(20, move || retain_rows(&v2, &[0, 5], &o2)).unwrap();
+        assert_eq!(out.rsp_indices().unwrap(), vec![0, 5]);
+        let s = sum_row_sparse(
+            &[v.clone(), v],
+            &Shape(vec![1 << 40, 0]),
+            DType::F32,
+            Context::CPU0,
+        )
+        .unwrap();
+        assert_eq!(s.rsp_indices().unwrap(), vec![5, 1 << 39]);
+    }
+
+    #[test]
+    fn huge_rows_with_nothing_stored_are_no_panic() {
+        // [6, 2^62]: a row of 2^62 float32 is 2^64 bytes (a row size that
+        // wrapped to 0 made `chunks_mut(0)` panic). Nothing stored, nothing
+        // to copy.
+        let shape = Shape(vec![6, 1 << 62]);
+        let mk = || {
+            NDArray::sparse_zeros(
+                StorageType::RowSparse,
+                shape.clone(),
+                DType::F32,
+                Context::CPU0,
+                &[DType::I64],
+                &[Shape(vec![0])],
+            )
+            .unwrap()
+        };
+        let (stored, out) = (mk(), mk());
+        retain_rows(&stored, &[0, 5], &out).unwrap();
+        assert_eq!(out.rsp_indices().unwrap(), Vec::<i64>::new());
+        assert_eq!(shape.size(), usize::MAX, "saturates");
+        copy_any(&stored, &out).unwrap();
+        let s = sum_row_sparse(
+            &[stored.clone(), out.clone()],
+            &shape,
+            DType::F32,
+            Context::CPU0,
+        )
+        .unwrap();
+        assert!(s.rsp_indices().unwrap().is_empty());
+        stored.check_row_sparse().unwrap();
+        stored.check_format(true).unwrap();
+        // Dense arrays of that shape cannot exist.
+        assert!(NDArray::zeros(shape, DType::F32, Context::CPU0).is_err());
+    }
+
+    #[test]
+    fn inconsistent_parts_are_errors_not_panics() {
+        // Three indices for two stored rows (parts are set one at a time).
+        let r = rsp(4, &[0, 2], &[1., 1., 2., 2.]);
+        r.set_part(
+            0,
+            &NDArray::from_bytes(
+                Shape(vec![3]),
+                DType::I64,
+                Context::CPU0,
+                bytemuck::cast_slice(&[0i64, 1, 2]),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let out = rsp(4, &[], &[]);
+        assert!(retain_rows(&r, &[0, 1, 2, 3], &out).is_err());
+        let d = NDArray::zeros(Shape(vec![4, 2]), DType::F32, Context::CPU0).unwrap();
+        assert!(d.copy_from(&r).is_err());
+        assert!(r.check_row_sparse().is_err());
+    }
+
+    fn csr(rows: i64, cols: i64, indptr_len: i64, nnz: i64) -> NDArray {
+        NDArray::sparse_zeros(
+            StorageType::Csr,
+            Shape(vec![rows, cols]),
+            DType::F32,
+            Context::CPU0,
+            &[DType::I64, DType::I64],
+            &[Shape(vec![indptr_len]), Shape(vec![nnz])],
+        )
+        .unwrap()
+    }
+
+    fn i64s(v: &[i64]) -> NDArray {
+        NDArray::from_bytes(
+            Shape(vec![v.len() as i64]),
+            DType::I64,
+            Context::CPU0,
+            bytemuck::cast_slice(v),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn csr_parts_follow_csr_rules() {
+        // [[0, 0, 1, 0], [0, 0, 0, 0], [2, 0, 0, 3]], as MXNet 1.9.1 builds it
+        // (data, then indptr, then indices).
+        let c = csr(3, 4, 4, 3);
+        c.set_part(-1, &dense(&[3], &[1., 2., 3.])).unwrap();
+        // indptr given as float32 is converted, as in MXNet
+        c.set_part(0, &dense(&[4], &[0., 1., 1., 3.])).unwrap();
+        c.set_part(1, &i64s(&[2, 0, 3])).unwrap();
+        let p = c.parts().unwrap();
+        assert_eq!(p.data.read().typed::<f32>(), &[1., 2., 3.]);
+        assert_eq!(p.aux[0].read().typed::<i64>(), &[0, 1, 1, 3]);
+        assert_eq!(p.aux[1].read().typed::<i64>(), &[2, 0, 3]);
+        c.check_format(true).unwrap();
+        // A csr created with no room (aux shapes 0) takes parts of any
+        // length; the data and the indices must agree when it is used.
+        let z = csr(3, 4, 0, 0);
+        z.set_part(-1, &dense(&[2], &[5., 6.])).unwrap();
+        assert!(z.check_format(false).is_err(), "no indptr yet");
+        z.set_part(0, &i64s(&[0, 0, 2, 2])).unwrap();
+        assert!(z.check_format(false).is_err(), "2 values, 0 indices");
+        z.set_part(1, &i64s(&[1, 3])).unwrap();
+        z.check_format(true).unwrap();
+        // Refused: 2-d data or indices, an indptr of another length than
+        // rows + 1, aux index 2 (and these leave the parts as they were).
+        let msg = |r: Result<()>| r.unwrap_err().message().to_string();
+        assert!(msg(c.set_part(-1, &dense(&[3, 1], &[1., 2., 3.]))).contains("1-d"));
+        assert!(msg(c.set_part(1, &dense(&[3, 1], &[1., 2., 3.]))).contains("1-d"));
+        assert!(msg(c.set_part(0, &i64s(&[0, 1, 3]))).contains("rows + 1 = 4"));
+        assert!(msg(c.set_part(0, &i64s(&[0, 1, 1, 3, 3]))).contains("rows + 1 = 4"));
+        assert!(msg(c.set_part(2, &i64s(&[0]))).contains("aux index 2 out of range"));
+        assert!(msg(c.set_part(-2, &i64s(&[0]))).contains("aux index -2 out of range"));
+        c.check_format(true).unwrap();
+        assert_eq!(
+            c.parts().unwrap().aux[0].read().typed::<i64>(),
+            &[0, 1, 1, 3]
+        );
+        // row_sparse keeps its own rules: whole rows for the data.
+        let r = rsp(4, &[], &[]);
+        assert!(msg(r.set_part(-1, &dense(&[2], &[1., 2.]))).contains("does not fit"));
+        r.set_part(-1, &dense(&[1, 2], &[1., 2.])).unwrap();
     }
 }

@@ -13,7 +13,7 @@ use crate::ndarray::dtype::DType;
 use crate::ndarray::kernels::SumOrder;
 use crate::ndarray::sparse::{
     assign_row_sparse, retain_rows, row_ids as row_ids_of, share_row_sparse, sum_row_sparse,
-    sum_row_sparse_into, Spare,
+    sum_row_sparse_into, Parts, Spare,
 };
 use crate::ndarray::{
     copy_to_many, sum_into, sum_into_and_copy, Context, NDArray, Shape, StorageType,
@@ -115,13 +115,22 @@ fn not_inited(name: &str) -> crate::error::Error {
     crate::error::Error::new(format!("key {name} has not been inited"))
 }
 
+/// Why an empty array cannot be stored or pushed.
+const NONE_VALUE: &str =
+    "the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data";
+
+/// Why a csr array cannot be stored or pushed.
+const NO_CSR_VALUE: &str = "(csr values cannot be stored)";
+
 /// Checks that a value can be stored or pushed.
 fn check_value(v: &NDArray, what: &str) -> Result<()> {
     match v.stype() {
         StorageType::Default => Ok(()),
-        StorageType::Undefined => bail!("the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data"),
-                StorageType::RowSparse => v.check_row_sparse(),
-        StorageType::Csr => bail!("Unexpected storage type detected during kvstore {what}: 2 (csr values cannot be stored)"),
+        StorageType::Undefined => bail!("{NONE_VALUE}"),
+        StorageType::RowSparse => v.check_row_sparse(),
+        StorageType::Csr => {
+            bail!("Unexpected storage type detected during kvstore {what}: 2 {NO_CSR_VALUE}")
+        }
     }
 }
 
@@ -145,6 +154,59 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
         StorageType::Csr => {
             bail!("pull into a csr output is not supported (csr values cannot be stored)")
         }
+    }
+}
+
+/// A row_sparse stored value as it was before an updater ran: its parts
+/// and a copy of its indices (an updater may rewrite them in place through
+/// an aux handle). Taken for every update of a row_sparse key: one read of
+/// the indices before and one check after, nothing per data element.
+struct RspSnapshot {
+    parts: Parts,
+    indices: Vec<i64>,
+}
+
+impl RspSnapshot {
+    fn take(stored: &NDArray) -> Result<Option<RspSnapshot>> {
+        if stored.stype() != StorageType::RowSparse {
+            return Ok(None);
+        }
+        let parts = stored.parts()?;
+        let indices = parts.aux[0].read().typed::<i64>().to_vec();
+        Ok(Some(RspSnapshot { parts, indices }))
+    }
+
+    /// After the updater of `entry` returned: if it left the stored value
+    /// invalid (indices unsorted, duplicated, out of range, or not one per
+    /// data row), the value gets back its parts and indices from before the
+    /// update, and the push fails. Rows the updater wrote in place into the
+    /// old data part stay written (they are valid values).
+    fn check_after_update(self, entry: &Entry, stored: &NDArray) -> Result<()> {
+        if !entry.value().same(stored) {
+            // A push from inside the updater replaced the value (it was
+            // checked as pushed values are).
+            return Ok(());
+        }
+        let Err(e) = stored.check_row_sparse() else {
+            return Ok(());
+        };
+        {
+            // Frozen (adopted) parts are never written in place, so only an
+            // unfrozen index array can differ from the copy.
+            let aux = &self.parts.aux[0];
+            let changed = aux.read().typed::<i64>() != &self.indices[..];
+            if changed {
+                aux.write()
+                    .typed_mut::<i64>()
+                    .copy_from_slice(&self.indices);
+            }
+        }
+        stored.restore_parts(self.parts);
+        bail!(
+            "the updater left the row_sparse value of key {} invalid ({}); the key keeps its indices from before the update",
+            entry.name,
+            e.message()
+        )
     }
 }
 
@@ -646,8 +708,12 @@ impl LocalStore {
     ) -> Result<()> {
         let stored = entry.value();
         if let Some(u) = updater {
+            let before = RspSnapshot::take(&stored)?;
             u.update(entry.id, entry.str_key.as_deref(), merged, &stored);
-            return Ok(());
+            return match before {
+                Some(before) => before.check_after_update(entry, &stored),
+                None => Ok(()),
+            };
         }
         if stored.stype() == StorageType::RowSparse && merged.stype() == StorageType::RowSparse {
             return self.with_spare(entry, |spare| {
@@ -1177,5 +1243,223 @@ mod tests {
         )
         .unwrap();
         assert_eq!(get(&out), vec![4.0]);
+    }
+
+    /// Runs `f` on another thread and waits at most `secs` for it: a test of
+    /// a former deadlock or of former O(rows) work fails instead of hanging.
+    fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(secs))
+            .expect("the operation did not return")
+    }
+
+    fn rsp_value(shape: &[i64], idx: &[i64], data: &[f32]) -> NDArray {
+        let mut rows = shape.to_vec();
+        rows[0] = idx.len() as i64;
+        let d = NDArray::from_bytes(
+            Shape(rows),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(data),
+        )
+        .unwrap();
+        NDArray::row_sparse(Shape(shape.to_vec()), Context::CPU0, d, idx).unwrap()
+    }
+
+    fn rsp_empty(shape: &[i64]) -> NDArray {
+        NDArray::sparse_zeros(
+            StorageType::RowSparse,
+            Shape(shape.to_vec()),
+            DType::F32,
+            Context::CPU0,
+            &[DType::I64],
+            &[Shape(vec![0])],
+        )
+        .unwrap()
+    }
+
+    fn dense_zeros(shape: &[i64]) -> NDArray {
+        NDArray::zeros(Shape(shape.to_vec()), DType::F32, Context::CPU0).unwrap()
+    }
+
+    #[test]
+    fn an_updater_may_pull_its_key_into_the_parts_of_local() {
+        for device in [false, true] {
+            let s = Arc::new(LocalStore::new(b"local".to_vec(), device));
+            // All rows stored, so the data part has the key's shape.
+            s.init(
+                Keys::Int(&[4]),
+                &[rsp_value(&[2, 2], &[0, 1], &[1., 2., 3., 4.])],
+            )
+            .unwrap();
+            let weak = Arc::downgrade(&s);
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let seen2 = seen.clone();
+            s.set_updater(Some(Arc::new(
+                move |k: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
+                    let s = weak.upgrade().unwrap();
+                    let data = local.private_parts().unwrap().data;
+                    // The pull reads the key (local itself) into local's data.
+                    s.pull(Keys::Int(&[k]), &[data.clone()], 0, true).unwrap();
+                    seen2.lock().push(get(&data));
+                    // and into local itself (a no-op), by row ids too
+                    s.pull(Keys::Int(&[k]), &[local.clone()], 0, true).unwrap();
+                    let ids = arr(&[1.0]);
+                    let out = rsp_empty(&[2, 2]);
+                    s.pull_row_sparse(Keys::Int(&[k]), &[out.clone()], &[ids], 0)
+                        .unwrap();
+                    local.copy_from(recv).unwrap();
+                },
+            )));
+            let s2 = s.clone();
+            within(20, move || {
+                for v in [5., 6.] {
+                    s2.push(Keys::Int(&[4]), &[rsp_value(&[2, 2], &[0, 1], &[v; 4])], 0)
+                        .unwrap();
+                }
+            });
+            assert_eq!(*seen.lock(), vec![vec![1., 2., 3., 4.], vec![5.; 4]]);
+            let out = dense_zeros(&[2, 2]);
+            s.pull(Keys::Int(&[4]), &[out.clone()], 0, true).unwrap();
+            assert_eq!(get(&out), vec![6.; 4]);
+        }
+    }
+
+    #[test]
+    fn keys_of_empty_rows_cost_what_their_bytes_cost() {
+        // [2^40, 0]: no bytes at all; this took many minutes (every row
+        // visited when a dense value was turned into row_sparse).
+        for device in [false, true] {
+            let s = Arc::new(LocalStore::new(b"local".to_vec(), device));
+            let sh = [1i64 << 40, 0];
+            let s2 = s.clone();
+            let (pulled, rows) = within(60, move || {
+                let s = s2;
+                s.init(Keys::Int(&[1, 2]), &[dense_zeros(&sh), rsp_empty(&sh)])
+                    .unwrap();
+                // dense key: one value, two values, a row_sparse one among them
+                s.push(Keys::Int(&[1]), &[dense_zeros(&sh)], 0).unwrap();
+                s.push(Keys::Int(&[1, 1]), &[dense_zeros(&sh), dense_zeros(&sh)], 0)
+                    .unwrap();
+                s.push(Keys::Int(&[1, 1]), &[dense_zeros(&sh), rsp_empty(&sh)], 0)
+                    .unwrap();
+                let out = dense_zeros(&sh);
+                s.pull(Keys::Int(&[1]), &[out.clone()], 0, true).unwrap();
+                // row_sparse key: rows of width 0 are stored as indices
+                let a = rsp_value(&sh, &[0, 7], &[]);
+                let b = rsp_value(&sh, &[7, 1 << 39], &[]);
+                s.push(Keys::Int(&[2, 2]), &[a, b], 0).unwrap();
+                s.push(
+                    Keys::Int(&[2, 2]),
+                    &[rsp_value(&sh, &[3], &[]), dense_zeros(&sh)],
+                    0,
+                )
+                .unwrap();
+                let stored = s.entries_for(Keys::Int(&[2])).unwrap()[0].value();
+                let rows = stored.rsp_indices().unwrap();
+                let out2 = dense_zeros(&sh);
+                s.pull(Keys::Int(&[2]), &[out2.clone()], 0, true).unwrap();
+                let pulled = rsp_empty(&sh);
+                let ids = NDArray::from_bytes(
+                    Shape(vec![2]),
+                    DType::I64,
+                    Context::CPU0,
+                    bytemuck::cast_slice(&[9i64, 3]),
+                )
+                .unwrap();
+                s.pull_row_sparse(Keys::Int(&[2]), &[pulled.clone()], &[ids], 0)
+                    .unwrap();
+                (pulled.rsp_indices().unwrap(), rows)
+            });
+            assert_eq!(rows, vec![3], "device {device}");
+            assert_eq!(pulled, vec![3, 9], "device {device}");
+        }
+    }
+
+    #[test]
+    fn pull_row_sparse_of_rows_too_large_for_memory_is_no_panic() {
+        // [6, 2^62] with no rows stored: a row of 2^64 bytes (its size
+        // wrapped to 0 and `chunks_mut(0)` panicked).
+        for device in [false, true] {
+            let s = LocalStore::new(b"local".to_vec(), device);
+            let sh = [6i64, 1 << 62];
+            s.init(Keys::Int(&[0]), &[rsp_empty(&sh)]).unwrap();
+            let out = rsp_empty(&sh);
+            let ids = arr(&[0.0, 5.0]);
+            s.pull_row_sparse(Keys::Int(&[0]), &[out.clone()], &[ids], 0)
+                .unwrap();
+            assert!(out.rsp_indices().unwrap().is_empty());
+            s.push(Keys::Int(&[0, 0]), &[rsp_empty(&sh), rsp_empty(&sh)], 0)
+                .unwrap();
+            s.push(Keys::Int(&[0]), &[rsp_empty(&sh)], 0).unwrap();
+            s.pull(Keys::Int(&[0]), &[rsp_empty(&sh)], 0, false)
+                .unwrap();
+            // A dense output of that shape cannot even be made.
+            assert!(NDArray::zeros(Shape(sh.to_vec()), DType::F32, Context::CPU0).is_err());
+        }
+    }
+
+    #[test]
+    fn an_updater_that_breaks_the_indices_fails_the_push_and_they_are_restored() {
+        let s = LocalStore::new(b"local".to_vec(), false);
+        s.init(
+            Keys::Int(&[9]),
+            &[rsp_value(&[6, 2], &[1, 3], &[1., 1., 3., 3.])],
+        )
+        .unwrap();
+        let mode = Arc::new(AtomicUsize::new(0));
+        let m2 = mode.clone();
+        let i64s = |v: &[i64]| {
+            NDArray::from_bytes(
+                Shape(vec![v.len() as i64]),
+                DType::I64,
+                Context::CPU0,
+                bytemuck::cast_slice(v),
+            )
+            .unwrap()
+        };
+        s.set_updater(Some(Arc::new(
+            move |_: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
+                let aux = local.private_parts().unwrap().aux[0].clone();
+                let write = |v: [i64; 2]| aux.copy_from_bytes(bytemuck::cast_slice(&v)).unwrap();
+                match m2.load(Ordering::SeqCst) {
+                    0 => write([3, 1]), // unsorted
+                    1 => write([1, 1]), // duplicated
+                    2 => write([1, 6]), // out of range
+                    3 => write([-1, 1]),
+                    // three indices for two data rows (parts replaced)
+                    4 => local.set_part(0, &i64s(&[0, 1, 2])).unwrap(),
+                    // valid: assign
+                    _ => local.copy_from(recv).unwrap(),
+                }
+            },
+        )));
+        let stored = || {
+            let v = s.entries_for(Keys::Int(&[9])).unwrap()[0].value();
+            let d = dense_zeros(&[6, 2]);
+            d.copy_from(&v).unwrap();
+            (v.rsp_indices().unwrap(), get(&d))
+        };
+        let before = stored();
+        for m in 0..5 {
+            mode.store(m, Ordering::SeqCst);
+            let e = s
+                .push(Keys::Int(&[9]), &[rsp_value(&[6, 2], &[0], &[7., 7.])], 0)
+                .unwrap_err();
+            assert!(
+                e.message()
+                    .starts_with("the updater left the row_sparse value of key 9 invalid ("),
+                "mode {m}: {}",
+                e.message()
+            );
+            assert_eq!(stored(), before, "mode {m}");
+        }
+        mode.store(5, Ordering::SeqCst);
+        s.push(Keys::Int(&[9]), &[rsp_value(&[6, 2], &[0], &[7., 7.])], 0)
+            .unwrap();
+        assert_eq!(stored().0, vec![0]);
     }
 }
