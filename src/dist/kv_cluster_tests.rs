@@ -20,21 +20,21 @@ use std::sync::{Arc, Barrier, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-enum Endpoint {
+pub(super) enum Endpoint {
     Server(mpsc::Sender<ServerEvent>),
     Worker(Weak<KvWorker>),
 }
 
 #[derive(Default)]
-struct Net {
-    endpoints: Mutex<HashMap<i32, Endpoint>>,
+pub(super) struct Net {
+    pub(super) endpoints: Mutex<HashMap<i32, Endpoint>>,
     /// Every message sent: (sender, message after the wire round trip).
-    log: Mutex<Vec<Message>>,
+    pub(super) log: Mutex<Vec<Message>>,
 }
 
-struct Port {
-    net: Arc<Net>,
-    me: i32,
+pub(super) struct Port {
+    pub(super) net: Arc<Net>,
+    pub(super) me: i32,
 }
 
 impl Transport for Port {
@@ -73,36 +73,53 @@ impl Transport for Port {
 }
 
 /// `stored -= lr * recv` (float32): the updater the test controller installs.
-fn sgd(lr: f32) -> Arc<dyn ServerUpdater> {
+pub(super) fn sgd(lr: f32) -> Arc<dyn ServerUpdater> {
     Arc::new(
         move |_key: i32, recv: &NDArray, stored: &NDArray| -> Result<()> {
-            if recv.dtype() != DType::F32 || recv.stype() != StorageType::Default {
-                return Err(Error::usage("test sgd: float32 dense only"));
+            if recv.dtype() != DType::F32 {
+                return Err(Error::usage("test sgd: float32 only"));
+            }
+            let step = |w: &mut [f32], g: &[f32]| {
+                for (w, g) in w.iter_mut().zip(g) {
+                    *w = 1.0 * *w - lr * g;
+                }
+            };
+            if recv.stype() == StorageType::RowSparse {
+                // lazy update of the pushed rows of a whole table
+                let (g, s) = (recv.parts()?, stored.parts()?);
+                let u = recv.row_len();
+                let gd = g.data.read().typed::<f32>().to_vec();
+                let mut sd = s.data.write();
+                let sd = sd.typed_mut::<f32>();
+                for (k, &r) in recv.rsp_indices()?.iter().enumerate() {
+                    let r = r as usize;
+                    step(&mut sd[r * u..(r + 1) * u], &gd[k * u..(k + 1) * u]);
+                }
+                return Ok(());
             }
             let g = recv.read().typed::<f32>().to_vec();
-            let mut w = stored.write();
-            for (w, g) in w.typed_mut::<f32>().iter_mut().zip(g) {
-                *w = 1.0 * *w - lr * g;
-            }
+            step(stored.write().typed_mut::<f32>(), &g);
             Ok(())
         },
     )
 }
 
-struct Cluster {
-    net: Arc<Net>,
-    workers: Vec<Arc<KvWorker>>,
+pub(super) struct Cluster {
+    pub(super) net: Arc<Net>,
+    pub(super) workers: Vec<Arc<KvWorker>>,
     servers: Vec<JoinHandle<(KvServer, Result<()>)>>,
     barrier: Arc<Barrier>,
 }
 
-struct Opts {
-    workers: usize,
-    servers: usize,
-    bound: usize,
-    sync: bool,
-    timeout: Duration,
-    round_timeout: Duration,
+pub(super) struct Opts {
+    pub(super) workers: usize,
+    pub(super) servers: usize,
+    pub(super) bound: usize,
+    pub(super) sync: bool,
+    pub(super) timeout: Duration,
+    pub(super) round_timeout: Duration,
+    /// The learning rate of the SGD updater a pickled optimizer installs.
+    pub(super) pickle_lr: Option<f32>,
 }
 
 impl Default for Opts {
@@ -114,12 +131,13 @@ impl Default for Opts {
             sync: true,
             timeout: Duration::from_secs(20),
             round_timeout: Duration::from_secs(20),
+            pickle_lr: None,
         }
     }
 }
 
 impl Cluster {
-    fn start(o: Opts) -> Cluster {
+    pub(super) fn start(o: Opts) -> Cluster {
         let net = Arc::new(Net::default());
         let mut servers = Vec::new();
         for r in 0..o.servers {
@@ -137,6 +155,7 @@ impl Cluster {
                 num_workers: o.workers,
             };
             let rt = o.round_timeout;
+            let pickle_lr = o.pickle_lr;
             servers.push(std::thread::spawn(move || {
                 let mut server = KvServer::new(cfg);
                 let slot = server.updater_slot();
@@ -145,6 +164,10 @@ impl Cluster {
                 let mut controller = |head: i32, body: &[u8]| -> Result<()> {
                     assert_eq!(head, Command::Controller.head());
                     let text = String::from_utf8_lossy(body);
+                    if let (Some(lr), true) = (pickle_lr, body.starts_with(b"ccopy_reg\n")) {
+                        slot.set(Some(sgd(lr)));
+                        return Ok(());
+                    }
                     match text.split_once(' ') {
                         Some(("sgd", lr)) => {
                             slot.set(Some(sgd(lr.parse().unwrap())));
@@ -190,7 +213,7 @@ impl Cluster {
     }
 
     /// Runs `f(rank, worker, barrier)` on one thread per worker.
-    fn run<F>(&self, f: F)
+    pub(super) fn run<F>(&self, f: F)
     where
         F: Fn(usize, &KvWorker, &Barrier) + Send + Sync + 'static,
     {
@@ -210,11 +233,11 @@ impl Cluster {
     }
 
     /// kStopServer from worker 0, then the servers' final state.
-    fn stop(self) -> Vec<KvServer> {
+    pub(super) fn stop(self) -> Vec<KvServer> {
         self.stop_via(0)
     }
 
-    fn stop_via(self, rank: usize) -> Vec<KvServer> {
+    pub(super) fn stop_via(self, rank: usize) -> Vec<KvServer> {
         self.workers[rank]
             .command(Command::StopServer.head(), b"")
             .unwrap();

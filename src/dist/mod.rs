@@ -7,11 +7,16 @@
 pub mod config;
 pub mod message;
 pub mod meta;
+pub mod postoffice;
+pub mod scheduler;
+pub mod van;
 
 // KV layer (dist-kv): key mapping, server state machine, worker requests.
 pub mod keys;
 pub mod kv;
-pub mod server;
-pub mod worker;
 #[cfg(test)]
 mod kv_cluster_tests;
+#[cfg(test)]
+mod kv_vector_tests;
+pub mod server;
+pub mod worker;
