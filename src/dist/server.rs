@@ -1019,3 +1019,278 @@ fn gather_rows(a: &NDArray, rows: &[i64]) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::keys::command_type;
+    use crate::dist::kv::{reply_error, u64_bytes};
+    use crate::error::ErrorKind;
+    use half::f16;
+
+    #[derive(Default)]
+    struct Rec(Mutex<Vec<Message>>);
+
+    impl Transport for Rec {
+        fn send(&self, msg: Message) -> Result<()> {
+            self.0.lock().push(msg);
+            Ok(())
+        }
+    }
+
+    impl Rec {
+        fn take(&self) -> Vec<Message> {
+            std::mem::take(&mut *self.0.lock())
+        }
+    }
+
+    fn server(workers: usize, sync: bool) -> KvServer {
+        let mut s = KvServer::new(ServerConfig {
+            rank: 0,
+            num_servers: 1,
+            num_workers: workers,
+        });
+        s.sync_mode = sync;
+        s
+    }
+
+    fn no_controller(_: i32, _: &[u8]) -> Result<()> {
+        Err(Error::usage("no controller"))
+    }
+
+    /// A KV request from worker `w` (id 9 + 2w).
+    #[allow(clippy::too_many_arguments)]
+    fn req(
+        w: i32,
+        ts: i32,
+        head: i32,
+        push: bool,
+        pull: bool,
+        keys: &[u64],
+        vals: &[u8],
+        lens: &[i32],
+    ) -> Message {
+        let mut data = vec![u64_bytes(keys), Bytes::from(vals.to_vec())];
+        if !lens.is_empty() {
+            data.push(i32_bytes(lens));
+        }
+        Message {
+            head,
+            request: true,
+            push,
+            pull,
+            app_id: 0,
+            customer_id: 0,
+            timestamp: ts,
+            sender: 9 + 2 * w,
+            data,
+            ..Message::default()
+        }
+    }
+
+    fn push_f32(w: i32, ts: i32, key: u64, v: &[f32], pull: bool) -> Message {
+        let b: &[u8] = bytemuck::cast_slice(v);
+        req(w, ts, 0, true, pull, &[key], b, &[b.len() as i32])
+    }
+
+    fn handle(s: &mut KvServer, out: &Rec, m: Message) {
+        assert_eq!(s.handle(m, out, &mut no_controller), Flow::Continue);
+    }
+
+    fn f32s(m: &Message) -> Vec<f32> {
+        bytemuck::pod_collect_to_vec(&m.data[1])
+    }
+
+    #[test]
+    fn a_round_of_pushes_and_pushpulls_answers_every_request() {
+        let (mut s, out) = (server(2, true), Rec::default());
+        handle(&mut s, &out, push_f32(0, 0, 4, &[1.0, 2.0], false));
+        assert_eq!(out.take().len(), 1, "init answered at once");
+        handle(&mut s, &out, push_f32(0, 1, 4, &[1.0, 1.0], false));
+        assert!(out.take().is_empty(), "the round waits for worker 1");
+        handle(&mut s, &out, push_f32(1, 0, 4, &[2.0, 0.5], true));
+        let r = out.take();
+        assert_eq!(r.len(), 2);
+        // the plain push: no data; the pushpull: the assigned sum
+        assert_eq!((r[0].recver, r[0].timestamp, r[0].data.len()), (9, 1, 0));
+        assert_eq!((r[1].recver, r[1].timestamp), (11, 0));
+        assert_eq!(f32s(&r[1]), vec![3.0, 1.5]);
+    }
+
+    #[test]
+    fn a_pushpull_that_initialises_answers_with_the_value() {
+        let (mut s, out) = (server(1, true), Rec::default());
+        handle(&mut s, &out, push_f32(0, 0, 2, &[7.0], true));
+        let r = out.take();
+        assert_eq!(f32s(&r[0]), vec![7.0]);
+        assert_eq!(r[0].data.len(), 3);
+    }
+
+    #[test]
+    fn multi_precision_updates_a_float32_master_copy() {
+        let (mut s, out) = (server(1, true), Rec::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        s.set_updater(Some(Arc::new(
+            move |_k: i32, recv: &NDArray, stored: &NDArray| -> Result<()> {
+                seen2.lock().push((recv.dtype(), stored.dtype()));
+                let g = recv.read().typed::<f32>().to_vec();
+                for (w, g) in stored.write().typed_mut::<f32>().iter_mut().zip(g) {
+                    *w -= g / 3.0;
+                }
+                Ok(())
+            },
+        )));
+        let cmd = |head| Message {
+            head,
+            request: true,
+            simple_app: true,
+            app_id: 0,
+            customer_id: 0,
+            timestamp: 0,
+            sender: 9,
+            ..Message::default()
+        };
+        handle(&mut s, &out, cmd(Command::SetMultiPrecision.head()));
+        let h = |x: f32| f16::from_f32(x);
+        let v: Vec<f16> = vec![h(1.0), h(2.0)];
+        let f16_cmd = command_type(RequestType::Default, 2);
+        let b: &[u8] = bytemuck::cast_slice(&v);
+        handle(&mut s, &out, req(0, 1, f16_cmd, true, false, &[3], b, &[4]));
+        let g: Vec<f16> = vec![h(1.0), h(1.0)];
+        let b: &[u8] = bytemuck::cast_slice(&g);
+        handle(&mut s, &out, req(0, 2, f16_cmd, true, true, &[3], b, &[4]));
+        let r = out.take();
+        assert!(r.iter().all(|m| reply_error(m).is_none()));
+        assert_eq!(*seen.lock(), vec![(DType::F32, DType::F32)]);
+        let got: Vec<f16> = bytemuck::pod_collect_to_vec(&r.last().unwrap().data[1]);
+        // f32 master: 1 - 1/3 and 2 - 1/3, then rounded to half once
+        assert_eq!(got, vec![h(1.0 - 1.0 / 3.0), h(2.0 - 1.0 / 3.0)]);
+    }
+
+    #[test]
+    fn an_updater_error_goes_to_every_request_of_the_round() {
+        let (mut s, out) = (server(2, true), Rec::default());
+        s.set_updater(Some(Arc::new(
+            |k: i32, _: &NDArray, _: &NDArray| -> Result<()> {
+                Err(Error::usage(format!("optimizer failed on key {k}")))
+            },
+        )));
+        handle(&mut s, &out, push_f32(0, 0, 4, &[1.0], false));
+        out.take();
+        handle(&mut s, &out, push_f32(0, 1, 4, &[1.0], false));
+        handle(&mut s, &out, push_f32(1, 0, 4, &[1.0], true));
+        let r = out.take();
+        assert_eq!(r.len(), 2);
+        for m in &r {
+            let e = reply_error(m).expect("error reply");
+            assert_eq!(e.message(), "optimizer failed on key 4");
+            assert!(m.data.is_empty());
+        }
+    }
+
+    #[test]
+    fn refused_requests() {
+        let (mut s, out) = (server(1, true), Rec::default());
+        let err = |s: &mut KvServer, m: Message| {
+            handle(s, &out, m);
+            let r = out.take();
+            assert_eq!(r.len(), 1);
+            reply_error(&r[0]).expect("an error reply")
+        };
+        // integer dtypes (MXNet's server aborts)
+        let e = err(&mut s, req(0, 0, 14, true, false, &[1], &[0; 4], &[4]));
+        assert_eq!(
+            e.message(),
+            "This operation only support floating point types, not int32"
+        );
+        // two keys in a default request
+        let e = err(&mut s, req(0, 1, 0, true, false, &[1, 2], &[0; 8], &[4, 4]));
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        // lens that do not match the values
+        let e = err(&mut s, req(0, 2, 0, true, false, &[1], &[0; 8], &[4]));
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        // a key outside this server's range
+        let mut t = KvServer::new(ServerConfig {
+            rank: 1,
+            num_servers: 2,
+            num_workers: 1,
+        });
+        let e = err(&mut t, push_f32(0, 3, 5, &[1.0], false));
+        assert!(e.message().contains("not in this server's range"), "{e}");
+        // size and dtype changes
+        handle(&mut s, &out, push_f32(0, 4, 1, &[1.0, 2.0], false));
+        out.take();
+        let e = err(&mut s, push_f32(0, 5, 1, &[1.0], false));
+        assert!(
+            e.message()
+                .starts_with("The value size cannot be changed 4. Key is 1"),
+            "{e}"
+        );
+        let e = err(&mut s, req(0, 6, 2, true, false, &[1], &[0; 16], &[16]));
+        assert!(
+            e.message()
+                .contains("holds float32 values; a push of float64"),
+            "{e}"
+        );
+        // a compressed push before kSetGradientCompression
+        let e = err(&mut s, req(0, 7, 3, true, false, &[2, 1], &[0; 4], &[0, 4]));
+        assert!(
+            e.message().contains("gradient compression was not set"),
+            "{e}"
+        );
+        // a row_sparse key initialised without all its rows
+        let e = err(
+            &mut s,
+            req(0, 8, 1, true, false, &[9, 10, 12], &[0; 16], &[0, 8, 8]),
+        );
+        assert!(e.message().contains("all its rows 0..n"), "{e}");
+        // pulls of keys never stored
+        let e = err(&mut s, req(0, 9, 0, false, true, &[8], &[], &[]));
+        assert_eq!(
+            (e.kind(), e.message()),
+            (ErrorKind::NotInited, "init 8 first")
+        );
+        // an unknown command; the profiler is accepted
+        let cmd = |head| Message {
+            head,
+            request: true,
+            simple_app: true,
+            timestamp: 10,
+            sender: 9,
+            ..Message::default()
+        };
+        let e = err(&mut s, cmd(9));
+        assert!(e.message().contains("unknown server command 9"), "{e}");
+        handle(&mut s, &out, cmd(Command::SetProfilerParams.head()));
+        assert!(reply_error(&out.take()[0]).is_none());
+        // the server still serves
+        handle(&mut s, &out, req(0, 11, 0, false, true, &[1], &[], &[]));
+        assert_eq!(f32s(&out.take()[0]), vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn stop_fails_a_running_round_and_ends_the_loop() {
+        let (mut s, out) = (server(2, true), Rec::default());
+        handle(&mut s, &out, push_f32(0, 0, 4, &[1.0], false));
+        handle(&mut s, &out, push_f32(0, 1, 4, &[1.0], false));
+        out.take();
+        assert_eq!(s.running_rounds(), vec![(4, vec![0])]);
+        let stop = Message {
+            head: Command::StopServer.head(),
+            request: true,
+            simple_app: true,
+            timestamp: 2,
+            sender: 9,
+            ..Message::default()
+        };
+        assert_eq!(s.handle(stop, &out, &mut no_controller), Flow::Stop);
+        let r = out.take();
+        assert_eq!(r.len(), 2);
+        assert!(reply_error(&r[0]).unwrap().message().contains("stopped"));
+        assert!(
+            reply_error(&r[1]).is_none(),
+            "kStopServer itself is answered"
+        );
+    }
+}

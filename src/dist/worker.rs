@@ -340,45 +340,53 @@ impl KvWorker {
     }
 
     /// Builds one KV message per server slice of `pskv` (values `vals`;
-    /// `None` for a pull, which sends `[keys, empty]` and no lens).
+    /// `None` for a pull, which sends `[keys, empty]` and no lens). A value
+    /// going to one server is handed over whole (no copy); a split one is
+    /// copied once into one buffer per server.
     fn kv_messages(
         &self,
         cmd: i32,
         push: bool,
         pull: bool,
         pskv: &Pskv,
-        vals: Option<&[u8]>,
+        vals: Option<Vec<u8>>,
     ) -> Result<Vec<Message>> {
         let ranges = self.servers();
-        let slices = match vals {
+        let slices = match &vals {
             Some(v) => slice(&pskv.keys, Some(&pskv.lens), v.len(), &ranges)?,
             None => slice(&pskv.keys, None, 0, &ranges)?,
         };
-        Ok(slices
-            .into_iter()
-            .map(|s| {
-                let keys = u64_bytes(&pskv.keys[s.keys.clone()]);
-                let data = match vals {
-                    Some(v) => vec![
-                        keys,
-                        Bytes::from(v[s.vals.clone()].to_vec()),
-                        i32_bytes(&pskv.lens[s.keys.clone()]),
-                    ],
-                    None => vec![keys, Bytes::new()],
-                };
-                Message {
-                    head: cmd,
-                    request: true,
-                    push,
-                    pull,
-                    app_id: 0,
-                    customer_id: self.cfg.customer_id,
-                    recver: server_id(s.server),
-                    data,
-                    ..Message::default()
-                }
-            })
-            .collect())
+        let mut vals = vals;
+        let mut whole = if slices.len() == 1 {
+            vals.take().map(Bytes::from)
+        } else {
+            None
+        };
+        let mut msgs = Vec::with_capacity(slices.len());
+        for s in slices {
+            let keys = u64_bytes(&pskv.keys[s.keys.clone()]);
+            let data = match (&vals, whole.take()) {
+                (_, Some(all)) => vec![keys, all, i32_bytes(&pskv.lens[s.keys.clone()])],
+                (Some(v), None) => vec![
+                    keys,
+                    Bytes::from(v[s.vals.clone()].to_vec()),
+                    i32_bytes(&pskv.lens[s.keys.clone()]),
+                ],
+                (None, None) => vec![keys, Bytes::new()],
+            };
+            msgs.push(Message {
+                head: cmd,
+                request: true,
+                push,
+                pull,
+                app_id: 0,
+                customer_id: self.cfg.customer_id,
+                recver: server_id(s.server),
+                data,
+                ..Message::default()
+            });
+        }
+        Ok(msgs)
     }
 
     /// Sends a SimpleApp command to every server (in server order) and waits
@@ -491,7 +499,7 @@ impl KvWorker {
         for &(key, value) in items {
             self.wait_push(key)?;
             let (pskv, cmd, bytes) = self.encode_push(key, value, false)?;
-            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(&bytes))?;
+            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(bytes))?;
             self.issue(format!("push of key {key}"), Some(key), msgs)?;
         }
         Ok(())
@@ -505,7 +513,7 @@ impl KvWorker {
         for &(key, value) in items {
             self.wait_push(key)?;
             let (pskv, cmd, bytes) = self.encode_push(key, value, true)?;
-            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(&bytes))?;
+            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(bytes))?;
             let ts = self.issue(format!("init of key {key}"), None, msgs)?;
             sent.push(ts);
         }
@@ -586,7 +594,7 @@ impl KvWorker {
                 true,
                 true,
                 &pskv,
-                Some(&bytes),
+                Some(bytes),
             )?;
             sent.push((ts, key, pskv, Dest::Dense(out)));
         }
@@ -635,7 +643,7 @@ impl KvWorker {
         push: bool,
         pull: bool,
         pskv: &Pskv,
-        vals: Option<&[u8]>,
+        vals: Option<Vec<u8>>,
     ) -> Result<i32> {
         let msgs = self.kv_messages(cmd, push, pull, pskv, vals)?;
         self.issue(what, None, msgs)
