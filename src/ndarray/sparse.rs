@@ -370,7 +370,8 @@ impl NDArray {
                 let p = self.parts()?;
                 let rows = self.shape().dims()[0];
                 ensure!(
-                    p.aux[0].size() as i64 == rows + 1 && p.aux[1].size() == p.data.size(),
+                    Some(p.aux[0].size() as i64) == rows.checked_add(1)
+                        && p.aux[1].size() == p.data.size(),
                     "Check failed: err != kCSRShapeErr: Shape mismatch of this csr NDArray: indptr of {} for {rows} rows, {} indices for {} values",
                     p.aux[0].size(),
                     p.aux[1].size(),
@@ -477,7 +478,8 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             };
             let data = NDArray::zeros(rows_shape(idx.len(), dst.shape()), dst.dtype(), dst.ctx())?;
             if !idx.is_empty() {
-                // Both buffers exist, so these row sizes fit in memory.
+                // A row holding a nonzero exists, so both buffers are
+                // nonempty and these row sizes fit in memory.
                 let (srow, drow) = (rl * src.dtype().size(), rl * dst.dtype().size());
                 // `data` is new: locking it cannot wait on `src`'s lock.
                 let s = src.read();
@@ -522,13 +524,13 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             if let Some(r) = idx.iter().find(|r| !(0..rows).contains(*r)) {
                 bail!("row index {r} is out of range [0, {rows}) in a row_sparse array");
             }
-            let rl = src.row_len();
             let data = p.data.read();
             let mut out = dst.write();
             out.bytes_mut().fill(0);
-            if rl > 0 {
-                // Both buffers exist, so these row sizes fit in memory.
-                let (srow, drow) = (rl * src.dtype().size(), rl * dst.dtype().size());
+            if !out.is_empty() && !idx.is_empty() {
+                // Row sizes from the buffers (a row of `[0, 2^62]` is 2^64
+                // bytes: computed from the shape, it wrapped to 0).
+                let (srow, drow) = (data.len() / idx.len(), out.len() / rows as usize);
                 for (&r, row) in idx.iter().zip(data.bytes().chunks_exact(srow)) {
                     let r = r as usize;
                     convert_bytes(
@@ -1180,8 +1182,24 @@ mod tests {
         assert!(s.rsp_indices().unwrap().is_empty());
         stored.check_row_sparse().unwrap();
         stored.check_format(true).unwrap();
-        // Dense arrays of that shape cannot exist.
+        // Dense arrays of that shape cannot exist; of no rows they can.
         assert!(NDArray::zeros(shape, DType::F32, Context::CPU0).is_err());
+        let none = Shape(vec![0, 1 << 62]);
+        let d = NDArray::zeros(none.clone(), DType::F32, Context::CPU0).unwrap();
+        let r = NDArray::sparse_zeros(
+            StorageType::RowSparse,
+            none,
+            DType::F64,
+            Context::CPU0,
+            &[DType::I64],
+            &[Shape(vec![0])],
+        )
+        .unwrap();
+        d.copy_from(&r).unwrap();
+        r.copy_from(&d).unwrap();
+        assert!(r.rsp_indices().unwrap().is_empty());
+        let c = csr(i64::MAX, 1, 0, 0);
+        assert!(c.check_format(false).is_err());
     }
 
     #[test]
