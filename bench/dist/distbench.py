@@ -199,7 +199,7 @@ def main():
                    if smoke else ["--size", str(size), "--reps", "5", "--warmup", "2",
                                   "--lat-iters", "2000"])
     args.lb_size = size
-    args.lb_reps = 2 if smoke else 7
+    args.lb_reps = 2 if smoke else 10
     args.ping_iters = 100 if smoke else 2000
     libs = [x for x in args.libs.split(",") if x]
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",") if c]
@@ -274,7 +274,7 @@ def main():
                                 o.get("rank"), rnd + 1, o.get("note", "")))
                             failed_value = True
                     status.setdefault(key, ("ok", ""))
-                    t = samples.get(key, [])
+                    t = [x for o in got for x in o["times"]]  # this job's operations
                     if fig == "pair":
                         shown = "median %.1f us" % (statistics.median(t) * 1e6)
                     else:

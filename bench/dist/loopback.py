@@ -11,7 +11,8 @@ connection on 127.0.0.1:
               SIZE bytes between one worker and its server(s). GB/s = SIZE /
               round time. With ``--pairs P``, P such client/echo pairs run at
               once (one client thread each, started together by a barrier),
-              the traffic of P workers; the figure is per pair.
+              the traffic of P workers; a repetition lasts from the first pair's
+              start to the last pair's end, and GB/s = SIZE / that time (per pair).
   stream      the client sends SIZE bytes, the echo process answers 1 byte
               when it has them all (one direction only).
   ping        1 byte there and back, TCP_NODELAY on both ends, each round
@@ -165,9 +166,10 @@ def measure(size=64 << 20, reps=7, pairs=1, ping_iters=2000, warmup=1):
                 try:
                     for i in range(warmup + reps):
                         bar.wait()
+                        t0 = time.perf_counter()
                         t = fn(ps[k], size)
                         if i >= warmup:
-                            times[k].append(t)
+                            times[k].append((t0, t0 + t))
                     if fn is Pair.bulk:
                         ps[k].check(size)
                 except BaseException as e:  # reported by the main thread
@@ -183,7 +185,10 @@ def measure(size=64 << 20, reps=7, pairs=1, ping_iters=2000, warmup=1):
                 raise errors[0]
             if any(t.is_alive() for t in threads):
                 raise TimeoutError("loopback: a client thread did not finish")
-            flat = [t for ts in times for t in ts]
+            # with several pairs, a repetition lasts from the first start to the last end
+            # (each pair moved SIZE in that time), as the workers of a sync round do
+            flat = [max(ts[i][1] for ts in times) - min(ts[i][0] for ts in times)
+                    for i in range(reps)]
             out.append({"figure": fig, "pairs": pairs, "size": size, "bytes_per_op": size,
                         "times": flat})
         if pairs == 1 and ping_iters:
