@@ -1,0 +1,916 @@
+//! The postoffice: one node of a ps-lite cluster (`src/postoffice.cc` and the
+//! control half of `src/van.cc` of ps-lite 34fd45c).
+//!
+//! [`Postoffice::start`] binds the node's ROUTER, registers with the
+//! scheduler (ADD_NODE), takes its id from the reply, connects to its peers
+//! and passes the start-up barrier on group 7. The scheduler's side of the
+//! protocol (id assignment, barrier counting, heartbeat answers) runs here
+//! too when the role is scheduler (see [`super::scheduler`]).
+//!
+//! Beyond ps-lite: every wait has a deadline ([`Config::timeout`]) or ends
+//! when a peer it depends on is lost, and the error names who is missing. A
+//! peer is lost when the connection to it breaks and does not come back
+//! within [`LOST_GRACE`], or (with `PS_HEARTBEAT_INTERVAL` and
+//! `PS_HEARTBEAT_TIMEOUT` set) when its heartbeats stop.
+#![forbid(unsafe_code)]
+
+use super::config::Config;
+use super::message::{Command, Control, Message, Node, Role, EMPTY};
+use super::van::{Event, Flow, Van, VanOptions};
+use crate::error::{Error, ErrorKind, Result};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// Group ids (bit sets), as ps-lite's `kScheduler`, `kServerGroup`, `kWorkerGroup`.
+pub const SCHEDULER: i32 = 1;
+pub const SERVER_GROUP: i32 = 2;
+pub const WORKER_GROUP: i32 = 4;
+pub const ALL_GROUP: i32 = 7;
+
+/// How long a broken connection may stay broken before the peer counts as
+/// lost (a node that finished normally closes its sockets right after the
+/// final barrier; this keeps that from failing the others' last wait).
+pub const LOST_GRACE: Duration = Duration::from_millis(1000);
+
+/// How long [`Postoffice::finalize`] waits for the receive thread.
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Node id of server rank `r`: `8 + 2r`.
+pub fn server_rank_to_id(rank: usize) -> i32 {
+    8 + 2 * rank as i32
+}
+
+/// Node id of worker rank `r`: `9 + 2r`.
+pub fn worker_rank_to_id(rank: usize) -> i32 {
+    9 + 2 * rank as i32
+}
+
+/// Rank of node id `id`: `max((id - 8) / 2, 0)`.
+pub fn id_to_rank(id: i32) -> usize {
+    ((id - 8) / 2).max(0) as usize
+}
+
+/// "server 1 (id 10)", "worker 0 (id 9)", "the scheduler (id 1)".
+pub fn peer_name(id: i32) -> String {
+    match id {
+        1 => "the scheduler (id 1)".into(),
+        id if id >= 8 && id % 2 == 0 => format!("server {} (id {id})", id_to_rank(id)),
+        id if id >= 9 => format!("worker {} (id {id})", id_to_rank(id)),
+        id => format!("node {id}"),
+    }
+}
+
+/// Members of `group` (a group bit set 1..7, or a single node id ≥ 8), in
+/// ps-lite's order: workers by rank, servers by rank, the scheduler.
+pub fn group_members(group: i32, num_worker: usize, num_server: usize) -> Vec<i32> {
+    if group >= 8 {
+        return vec![group];
+    }
+    let mut v = Vec::new();
+    if group & WORKER_GROUP != 0 {
+        v.extend((0..num_worker).map(worker_rank_to_id));
+    }
+    if group & SERVER_GROUP != 0 {
+        v.extend((0..num_server).map(server_rank_to_id));
+    }
+    if group & SCHEDULER != 0 {
+        v.push(1);
+    }
+    v
+}
+
+/// An application object that receives data and SimpleApp messages (a KV
+/// worker or server; ps-lite's `Customer`).
+pub trait Customer: Send + Sync {
+    /// A data or SimpleApp message for this customer. Runs on the van's
+    /// receive thread: keep it short or hand the message to another thread.
+    fn on_message(&self, msg: Message);
+    /// A peer was lost (`err.kind()` is `PeerLost`, its text names the peer):
+    /// fail what waits for it.
+    fn on_peer_lost(&self, _peer: i32, _err: &Error) {}
+}
+
+#[derive(Default)]
+pub(crate) struct SchedState {
+    /// ADD_NODE requests in arrival order (before ids are assigned).
+    pub registered: Vec<Node>,
+    /// Per group: the ids that asked in the current round (counted with repeats).
+    pub barrier_requests: HashMap<i32, Vec<i32>>,
+    /// Per group: (app_id, customer_id) of the last request.
+    pub barrier_last: HashMap<i32, (i32, i32)>,
+}
+
+pub(crate) struct State {
+    pub ready: bool,
+    pub nodes: Vec<Node>,
+    /// Incremented on every barrier release.
+    pub barrier_generation: u64,
+    /// Peers whose connection broke, since when.
+    pub suspects: HashMap<i32, Instant>,
+    /// Peers known lost, with the error to report.
+    pub lost: HashMap<i32, Error>,
+    /// Last heartbeat seen per node id (scheduler: from nodes; nodes: from the scheduler).
+    pub heartbeats: HashMap<i32, Instant>,
+    pub next_heartbeat: Option<Instant>,
+    /// Finalize started: connection losses are expected now.
+    pub finishing: bool,
+    pub stopped: bool,
+    pub fatal: Option<Error>,
+    pub sched: SchedState,
+    /// Data messages for customers not registered yet.
+    pub parked: HashMap<(i32, i32), Vec<Message>>,
+    /// Signatures of messages already seen (PS_RESEND duplicates).
+    pub seen_sigs: HashSet<u64>,
+}
+
+/// One node of the cluster.
+pub struct Postoffice {
+    pub(crate) config: Config,
+    pub(crate) van: Van,
+    pub(crate) state: Mutex<State>,
+    pub(crate) cond: Condvar,
+    customers: Mutex<HashMap<(i32, i32), Arc<dyn Customer>>>,
+    pub(crate) van_ts: AtomicI32,
+    pub(crate) start_time: Instant,
+    pub(crate) my_node: Mutex<Node>,
+}
+
+impl Postoffice {
+    /// Starts this node: bind, register, connect, and the start-up barrier on
+    /// group 7 (ps-lite `Postoffice::Start` with `do_barrier`).
+    pub fn start(config: Config) -> Result<Arc<Postoffice>> {
+        let po = Postoffice::connect(config)?;
+        if let Err(e) = po.barrier(0, ALL_GROUP) {
+            po.stop();
+            return Err(e);
+        }
+        Ok(po)
+    }
+
+    /// Starts this node without the start-up barrier: after this returns the
+    /// node has its id and knows its peers.
+    pub fn connect(config: Config) -> Result<Arc<Postoffice>> {
+        let po = Postoffice::bind(config)?;
+        if let Err(e) = po.wait_ready() {
+            po.stop();
+            return Err(e);
+        }
+        po.log_ready();
+        Ok(po)
+    }
+
+    /// The first half of [`Postoffice::connect`]: binds the ROUTER, starts
+    /// the receive thread and sends the registration; does not wait. A
+    /// scheduler bound to port 0 tells its port with [`Postoffice::port`].
+    pub fn bind(config: Config) -> Result<Arc<Postoffice>> {
+        let host = config.host()?;
+        let (bind_host, port, exact) = match config.role {
+            Role::Scheduler => (
+                if config.use_kubernetes {
+                    "0.0.0.0".to_string()
+                } else {
+                    config.root_uri.clone()
+                },
+                config.root_port,
+                true,
+            ),
+            _ => (host.clone(), config.port.unwrap_or(0), false),
+        };
+        let name = config.role.name().to_string();
+        let van = Van::bind(&VanOptions {
+            name,
+            host: host.clone(),
+            bind_host,
+            port,
+            exact,
+            send_timeout: config.timeout,
+            water_mark: config.water_mark,
+            verbose: config.verbose,
+        })?;
+        let port = van.port();
+        let my_node = Node {
+            role: config.role,
+            id: if config.role == Role::Scheduler {
+                1
+            } else {
+                EMPTY
+            },
+            hostname: host.clone(),
+            port: i32::from(port),
+            is_recovery: false,
+            customer_id: 0,
+        };
+        let po = Arc::new(Postoffice {
+            state: Mutex::new(State {
+                ready: false,
+                nodes: Vec::new(),
+                barrier_generation: 0,
+                suspects: HashMap::new(),
+                lost: HashMap::new(),
+                heartbeats: HashMap::new(),
+                next_heartbeat: None,
+                finishing: false,
+                stopped: false,
+                fatal: None,
+                sched: SchedState::default(),
+                parked: HashMap::new(),
+                seen_sigs: HashSet::new(),
+            }),
+            cond: Condvar::new(),
+            customers: Mutex::new(HashMap::new()),
+            van_ts: AtomicI32::new(0),
+            start_time: Instant::now(),
+            my_node: Mutex::new(my_node.clone()),
+            config,
+            van,
+        });
+        let weak: Weak<Postoffice> = Arc::downgrade(&po);
+        let started = (|| {
+            if po.config.role == Role::Scheduler {
+                po.van.set_my_id(1);
+                po.van.connect(1, &host, i32::from(port))?;
+            } else {
+                po.van
+                    .connect(1, &po.config.root_uri, i32::from(po.config.root_port))?;
+            }
+            po.van.start(Box::new(move |van, ev| match weak.upgrade() {
+                Some(po) => po.handle(van, ev),
+                None => Flow::Stop,
+            }))?;
+            if po.config.role != Role::Scheduler {
+                let mut ctl = Control::new(Command::AddNode);
+                ctl.nodes.push(my_node.clone());
+                po.send_control(1, ctl, false, EMPTY, EMPTY)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = started {
+            po.stop();
+            return Err(e);
+        }
+        Ok(po)
+    }
+
+    fn log_ready(&self) {
+        let po = self;
+        if po.config.verbose >= 1 {
+            let n = po.my_node.lock().clone();
+            eprintln!(
+                "[mxkv] {} rank {} id {} at {}:{} is ready ({} workers, {} servers, scheduler {}:{})",
+                n.role,
+                po.my_rank(),
+                n.id,
+                n.hostname,
+                n.port,
+                po.config.num_worker,
+                po.config.num_server,
+                po.config.root_uri,
+                po.config.root_port
+            );
+        }
+    }
+
+    /// Waits until the node has its id and its peers (the scheduler: until
+    /// every node registered), at most [`Config::timeout`].
+    pub fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + self.config.timeout;
+        let mut st = self.state.lock();
+        while !st.ready {
+            if let Some(e) = &st.fatal {
+                return Err(e.clone());
+            }
+            if self.cond.wait_until(&mut st, deadline).timed_out() && !st.ready {
+                let secs = self.config.timeout.as_secs_f64();
+                return Err(if self.config.role == Role::Scheduler {
+                    let (mut w, mut s) = (0, 0);
+                    for n in &st.sched.registered {
+                        match n.role {
+                            Role::Worker => w += 1,
+                            _ => s += 1,
+                        }
+                    }
+                    Error::timeout(format!(
+                        "the scheduler timed out after {secs:.1} s waiting for nodes to register: {w} of {} workers and {s} of {} servers did",
+                        self.config.num_worker, self.config.num_server
+                    ))
+                } else {
+                    Error::timeout(format!(
+                        "{} timed out after {secs:.1} s waiting for the scheduler at tcp://{}:{} (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT) to answer its registration: is the scheduler running, and have all {} workers and {} servers started?",
+                        self.config.role,
+                        self.config.root_uri,
+                        self.config.root_port,
+                        self.config.num_worker,
+                        self.config.num_server
+                    ))
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn role(&self) -> Role {
+        self.config.role
+    }
+
+    /// This node's id (1, 8 + 2r, 9 + 2r).
+    pub fn my_id(&self) -> i32 {
+        self.van.my_id()
+    }
+
+    /// This node's rank within its role (0 for the scheduler).
+    pub fn my_rank(&self) -> usize {
+        id_to_rank(self.my_id())
+    }
+
+    pub fn num_workers(&self) -> usize {
+        self.config.num_worker
+    }
+
+    pub fn num_servers(&self) -> usize {
+        self.config.num_server
+    }
+
+    /// The port this node's ROUTER is bound to.
+    pub fn port(&self) -> u16 {
+        self.van.port()
+    }
+
+    /// Members of `group` in ps-lite's order.
+    pub fn group_members(&self, group: i32) -> Vec<i32> {
+        group_members(group, self.config.num_worker, self.config.num_server)
+    }
+
+    /// The nodes of the cluster as the scheduler listed them.
+    pub fn nodes(&self) -> Vec<Node> {
+        self.state.lock().nodes.clone()
+    }
+
+    /// `Err` of kind `PeerLost` once `peer` is known lost.
+    pub fn check_peer(&self, peer: i32) -> Result<()> {
+        match self.state.lock().lost.get(&peer) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// How many received messages this node dropped (malformed, not
+    /// ps-lite, or not allowed from their sender).
+    pub fn dropped_messages(&self) -> u64 {
+        self.van.dropped()
+    }
+
+    /// The peers known lost.
+    pub fn lost_peers(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self.state.lock().lost.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Registers the customer for `(app_id, customer_id)` and delivers any
+    /// message that arrived for it before.
+    pub fn register_customer(&self, app_id: i32, customer_id: i32, c: Arc<dyn Customer>) {
+        self.customers
+            .lock()
+            .insert((app_id, customer_id), c.clone());
+        let parked = self
+            .state
+            .lock()
+            .parked
+            .remove(&(app_id, customer_id))
+            .unwrap_or_default();
+        for m in parked {
+            c.on_message(m);
+        }
+    }
+
+    /// Removes a customer.
+    pub fn unregister_customer(&self, app_id: i32, customer_id: i32) {
+        self.customers.lock().remove(&(app_id, customer_id));
+    }
+
+    /// Sends a message to `msg.recver`. The error names the peer.
+    pub fn send(&self, mut msg: Message) -> Result<()> {
+        let to = msg.recver;
+        self.check_peer(to)?;
+        msg.sender = self.my_id();
+        self.van.send(msg).map(|_| ()).map_err(|e| {
+            Error::with_kind(
+                e.kind(),
+                format!("{} → {}: {}", self.config.role, peer_name(to), e.message()),
+            )
+        })
+    }
+
+    pub(crate) fn next_van_ts(&self) -> i32 {
+        self.van_ts.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Sends a control message (head `EMPTY`, van timestamp when `with_ts`).
+    pub(crate) fn send_control(
+        &self,
+        to: i32,
+        control: Control,
+        request: bool,
+        app_id: i32,
+        customer_id: i32,
+    ) -> Result<()> {
+        let timestamp = match control.cmd {
+            Command::Terminate | Command::Ack => EMPTY,
+            _ => self.next_van_ts(),
+        };
+        let msg = Message {
+            control: Some(control),
+            request,
+            app_id,
+            timestamp,
+            customer_id,
+            recver: to,
+            ..Message::default()
+        };
+        self.send(msg)
+    }
+
+    /// Waits until every member of `group` called a barrier on it (ps-lite
+    /// `Postoffice::Barrier`), at most [`Config::timeout`].
+    pub fn barrier(&self, customer_id: i32, group: i32) -> Result<()> {
+        self.barrier_until(
+            customer_id,
+            group,
+            Some(Instant::now() + self.config.timeout),
+        )
+    }
+
+    /// As [`Postoffice::barrier`], with no deadline: ends when released or
+    /// when a member of the group is lost (for a scheduler or server waiting
+    /// out a training run).
+    pub fn barrier_until_released(&self, customer_id: i32, group: i32) -> Result<()> {
+        self.barrier_until(customer_id, group, None)
+    }
+
+    fn barrier_until(&self, customer_id: i32, group: i32, deadline: Option<Instant>) -> Result<()> {
+        if !(1..=7).contains(&group) {
+            return Err(Error::usage(format!(
+                "barrier on group {group}: not a group (1..7)"
+            )));
+        }
+        let members = self.group_members(group);
+        if members.len() <= 1 {
+            return Ok(());
+        }
+        let me = self.my_id();
+        if !members.contains(&me) {
+            return Err(Error::usage(format!(
+                "barrier on group {group}: {} is not a member",
+                peer_name(me)
+            )));
+        }
+        let generation = self.state.lock().barrier_generation;
+        let mut ctl = Control::new(Command::Barrier);
+        ctl.barrier_group = group;
+        self.send_control(1, ctl, true, 0, customer_id)?;
+        let mut st = self.state.lock();
+        loop {
+            if st.barrier_generation != generation {
+                return Ok(());
+            }
+            if let Some(e) = &st.fatal {
+                return Err(e.clone());
+            }
+            // The scheduler carries every barrier; a lost member of the group
+            // means the barrier cannot complete.
+            let mut lost: Vec<i32> = st
+                .lost
+                .keys()
+                .copied()
+                .filter(|id| *id == 1 || members.contains(id))
+                .collect();
+            if !lost.is_empty() {
+                lost.sort_unstable();
+                let names: Vec<String> = lost.iter().map(|&id| peer_name(id)).collect();
+                return Err(Error::peer_lost(format!(
+                    "barrier on group {group} cannot complete: lost {}",
+                    names.join(", ")
+                )));
+            }
+            let timed_out = match deadline {
+                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
+                None => {
+                    self.cond.wait_for(&mut st, Duration::from_millis(200));
+                    false
+                }
+            };
+            if timed_out && st.barrier_generation == generation {
+                let missing = if self.role() == Role::Scheduler {
+                    let asked = st
+                        .sched
+                        .barrier_requests
+                        .get(&group)
+                        .cloned()
+                        .unwrap_or_default();
+                    let missing: Vec<String> = members
+                        .iter()
+                        .filter(|id| !asked.contains(id))
+                        .map(|&id| peer_name(id))
+                        .collect();
+                    format!(": no barrier request from {}", missing.join(", "))
+                } else {
+                    String::new()
+                };
+                return Err(Error::timeout(format!(
+                    "{} rank {}: barrier on group {group} ({}) timed out after {:.1} s{missing}",
+                    self.role(),
+                    self.my_rank(),
+                    group_name(group),
+                    self.config.timeout.as_secs_f64()
+                )));
+            }
+        }
+    }
+
+    /// `MXKVStoreGetNumDeadNode`: how many members of `group` are dead. As
+    /// ps-lite: on the scheduler every server and worker is checked, on other
+    /// nodes only the scheduler; a node is dead when its last heartbeat is
+    /// older than `timeout_sec` (or it never sent one) and this process has
+    /// run longer than that; `timeout_sec` 0 means nobody. Beyond ps-lite,
+    /// every peer known lost counts as dead.
+    pub fn num_dead_nodes(&self, group: i32, timeout_sec: i32) -> usize {
+        let members = self.group_members(group);
+        let st = self.state.lock();
+        let now = Instant::now();
+        let mut dead: HashSet<i32> = st.lost.keys().copied().collect();
+        if timeout_sec > 0 {
+            let t = Duration::from_secs(timeout_sec as u64);
+            if now.duration_since(self.start_time) > t {
+                let checked = if self.role() == Role::Scheduler {
+                    self.group_members(WORKER_GROUP | SERVER_GROUP)
+                } else {
+                    vec![1]
+                };
+                for id in checked {
+                    let stale = st
+                        .heartbeats
+                        .get(&id)
+                        .map_or(true, |last| now.duration_since(*last) > t);
+                    if stale {
+                        dead.insert(id);
+                    }
+                }
+            }
+        }
+        members.iter().filter(|id| dead.contains(id)).count()
+    }
+
+    /// Finishes this node (ps-lite `Postoffice::Finalize`): with
+    /// `do_barrier`, the barrier on group 7 (workers: deadline
+    /// [`Config::timeout`]; scheduler and servers: until every worker is
+    /// done, or a peer is lost), then stops the van. Idempotent.
+    pub fn finalize(&self, do_barrier: bool) -> Result<()> {
+        if self.state.lock().stopped {
+            return Ok(());
+        }
+        let r = if do_barrier {
+            let r = if self.role() == Role::Worker {
+                self.barrier(0, ALL_GROUP)
+            } else {
+                self.barrier_until_released(0, ALL_GROUP)
+            };
+            self.state.lock().finishing = true;
+            r
+        } else {
+            Ok(())
+        };
+        self.stop();
+        r
+    }
+
+    /// Stops the van at once (TERMINATE to itself, sockets closed).
+    pub fn stop(&self) {
+        {
+            let mut st = self.state.lock();
+            if st.stopped {
+                return;
+            }
+            st.stopped = true;
+            st.finishing = true;
+        }
+        if self.van.is_connected(self.my_id()) {
+            let _ = self.send_control(
+                self.my_id(),
+                Control::new(Command::Terminate),
+                false,
+                EMPTY,
+                0,
+            );
+        }
+        self.van.stop(STOP_DEADLINE);
+        self.cond.notify_all();
+    }
+
+    // ---- receive thread -------------------------------------------------
+
+    fn handle(&self, van: &Van, ev: Event) -> Flow {
+        match ev {
+            Event::Message(msg) => self.handle_message(van, msg),
+            Event::Disconnected { peer } => {
+                let mut st = self.state.lock();
+                if !st.finishing && !st.lost.contains_key(&peer) {
+                    st.suspects.entry(peer).or_insert_with(Instant::now);
+                }
+                Flow::Continue
+            }
+            Event::Tick => {
+                self.on_tick();
+                Flow::Continue
+            }
+        }
+    }
+
+    fn handle_message(&self, van: &Van, msg: Message) -> Flow {
+        let me = van.my_id();
+        if self.config.resend
+            && msg.cmd() != Command::Ack
+            && msg.cmd() != Command::Terminate
+            && self.state.lock().ready
+        {
+            let sig = signature(&msg);
+            let mut ctl = Control::new(Command::Ack);
+            ctl.msg_sig = sig;
+            if msg.sender != EMPTY {
+                let _ = self.send_control(msg.sender, ctl, false, EMPTY, EMPTY);
+            }
+            if !self.state.lock().seen_sigs.insert(sig) {
+                return Flow::Continue;
+            }
+        }
+        // Any sign of life clears a suspicion.
+        if msg.sender != EMPTY {
+            self.state.lock().suspects.remove(&msg.sender);
+        }
+        match msg.cmd() {
+            Command::Empty => {
+                if msg.sender == EMPTY {
+                    van.drop_message("a data message from a peer without a ps<id> identity");
+                    return Flow::Continue;
+                }
+                self.deliver(msg);
+                Flow::Continue
+            }
+            Command::Terminate => {
+                if msg.sender == me {
+                    Flow::Stop
+                } else {
+                    van.drop_message(&format!("a TERMINATE from {}", peer_name(msg.sender)));
+                    Flow::Continue
+                }
+            }
+            Command::AddNode => {
+                if self.role() == Role::Scheduler {
+                    super::scheduler::on_add_node(self, msg);
+                } else {
+                    self.on_add_node_reply(msg);
+                }
+                Flow::Continue
+            }
+            Command::Barrier => {
+                if msg.request {
+                    if self.role() == Role::Scheduler {
+                        super::scheduler::on_barrier_request(self, msg);
+                    } else {
+                        van.drop_message("a barrier request (this node is not the scheduler)");
+                    }
+                } else {
+                    let mut st = self.state.lock();
+                    st.barrier_generation += 1;
+                    drop(st);
+                    self.cond.notify_all();
+                }
+                Flow::Continue
+            }
+            Command::Heartbeat => {
+                if self.role() == Role::Scheduler {
+                    super::scheduler::on_heartbeat(self, msg);
+                } else {
+                    self.state.lock().heartbeats.insert(1, Instant::now());
+                }
+                Flow::Continue
+            }
+            Command::Ack => Flow::Continue,
+            Command::Unknown(c) => {
+                van.drop_message(&format!(
+                    "a message of unknown type (Drop unknown typed message: control command {c}) from {}",
+                    peer_name(msg.sender)
+                ));
+                Flow::Continue
+            }
+        }
+    }
+
+    fn deliver(&self, msg: Message) {
+        let key = (msg.app_id, msg.customer_id);
+        let customer = {
+            let cs = self.customers.lock();
+            cs.get(&key).cloned().or_else(|| {
+                // A server has one customer per app, whatever customer id
+                // the worker's request carries.
+                if self.role() == Role::Server {
+                    cs.iter()
+                        .find(|((app, _), _)| *app == msg.app_id)
+                        .map(|(_, c)| c.clone())
+                } else {
+                    None
+                }
+            })
+        };
+        match customer {
+            Some(c) => c.on_message(msg),
+            None => {
+                let mut st = self.state.lock();
+                let q = st.parked.entry(key).or_default();
+                if q.len() < 100_000 {
+                    q.push(msg);
+                } else {
+                    eprintln!(
+                        "[mxkv {}] dropped a message for app {} customer {}: no such customer",
+                        self.config.role, key.0, key.1
+                    );
+                }
+            }
+        }
+    }
+
+    fn on_add_node_reply(&self, msg: Message) {
+        let Some(ctl) = msg.control else { return };
+        let my = self.my_node.lock().clone();
+        if self.state.lock().ready {
+            eprintln!(
+                "[mxkv {}] ignored a second ADD_NODE reply",
+                self.config.role
+            );
+            return;
+        }
+        let Some(me) = ctl
+            .nodes
+            .iter()
+            .find(|n| n.hostname == my.hostname && n.port == my.port)
+        else {
+            eprintln!(
+                "[mxkv {}] ADD_NODE reply without this node ({}:{}); ignored",
+                self.config.role, my.hostname, my.port
+            );
+            return;
+        };
+        let id = me.id;
+        self.van.set_my_id(id);
+        self.my_node.lock().id = id;
+        crate::psenv::set_vars([("DMLC_RANK".to_string(), id_to_rank(id).to_string())]);
+        let mut connected: HashSet<(String, i32)> = HashSet::new();
+        for n in &ctl.nodes {
+            if n.role == my.role && n.id != id {
+                continue;
+            }
+            if !connected.insert((n.hostname.clone(), n.port)) {
+                continue;
+            }
+            if let Err(e) = self.van.connect(n.id, &n.hostname, n.port) {
+                let mut st = self.state.lock();
+                st.fatal = Some(Error::peer_lost(format!(
+                    "cannot connect to {}: {}",
+                    peer_name(n.id),
+                    e
+                )));
+                self.cond.notify_all();
+                return;
+            }
+        }
+        let mut st = self.state.lock();
+        st.nodes = ctl.nodes;
+        st.ready = true;
+        st.heartbeats.insert(1, Instant::now());
+        if !self.config.heartbeat_interval.is_zero() {
+            st.next_heartbeat = Some(Instant::now() + self.config.heartbeat_interval);
+        }
+        drop(st);
+        self.cond.notify_all();
+    }
+
+    fn on_tick(&self) {
+        let now = Instant::now();
+        let mut newly_lost: Vec<(i32, Error)> = Vec::new();
+        let send_hb;
+        {
+            let mut st = self.state.lock();
+            if st.finishing {
+                return;
+            }
+            // Broken connections that stayed broken.
+            let expired: Vec<i32> = st
+                .suspects
+                .iter()
+                .filter(|(_, since)| now.duration_since(**since) >= LOST_GRACE)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in expired {
+                st.suspects.remove(&id);
+                let e = Error::peer_lost(format!(
+                    "{} rank {} lost {}: its connection closed",
+                    self.role(),
+                    self.my_rank(),
+                    peer_name(id)
+                ));
+                newly_lost.push((id, e));
+            }
+            // Heartbeats that stopped.
+            let hb_t = self.config.heartbeat_timeout;
+            if st.ready && !self.config.heartbeat_interval.is_zero() && !hb_t.is_zero() {
+                let watched = if self.role() == Role::Scheduler {
+                    self.group_members(WORKER_GROUP | SERVER_GROUP)
+                } else {
+                    vec![1]
+                };
+                for id in watched {
+                    if st.lost.contains_key(&id) {
+                        continue;
+                    }
+                    if let Some(last) = st.heartbeats.get(&id) {
+                        if now.duration_since(*last) > hb_t {
+                            let e = Error::peer_lost(format!(
+                                "{} rank {} lost {}: no heartbeat for {:.1} s",
+                                self.role(),
+                                self.my_rank(),
+                                peer_name(id),
+                                now.duration_since(*last).as_secs_f64()
+                            ));
+                            newly_lost.push((id, e));
+                        }
+                    }
+                }
+            }
+            for (id, e) in &newly_lost {
+                eprintln!("[mxkv] {e}");
+                st.lost.insert(*id, e.clone());
+            }
+            send_hb = match st.next_heartbeat {
+                Some(t) if st.ready && now >= t && self.role() != Role::Scheduler => {
+                    st.next_heartbeat = Some(now + self.config.heartbeat_interval);
+                    true
+                }
+                _ => false,
+            };
+        }
+        if !newly_lost.is_empty() {
+            self.cond.notify_all();
+            let customers: Vec<Arc<dyn Customer>> =
+                self.customers.lock().values().cloned().collect();
+            for (id, e) in &newly_lost {
+                for c in &customers {
+                    c.on_peer_lost(*id, e);
+                }
+            }
+        }
+        if send_hb {
+            let mut ctl = Control::new(Command::Heartbeat);
+            ctl.nodes.push(self.my_node.lock().clone());
+            if let Err(e) = self.send_control(1, ctl, false, EMPTY, EMPTY) {
+                if e.kind() != ErrorKind::PeerLost {
+                    eprintln!("[mxkv {}] heartbeat: {e}", self.config.role);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Postoffice {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// "workers", "servers", "all nodes" … for messages.
+pub fn group_name(group: i32) -> &'static str {
+    match group {
+        1 => "the scheduler",
+        2 => "servers",
+        3 => "servers and the scheduler",
+        4 => "workers",
+        5 => "workers and the scheduler",
+        6 => "workers and servers",
+        7 => "all nodes",
+        _ => "a node",
+    }
+}
+
+/// The resender's message signature (ps-lite `Resender::GetKey`).
+pub fn signature(msg: &Message) -> u64 {
+    let app = (msg.app_id as u32 as u64 & 0xFFFF) << 48;
+    let sender = (msg.sender as u32 as u64 & 0xFF) << 40;
+    let recver = (msg.recver as u32 as u64 & 0xFF) << 32;
+    let ts = (msg.timestamp as u32 as u64) << 1;
+    app | sender | recver | ts | u64::from(msg.request)
+}

@@ -1,0 +1,602 @@
+//! The van: ps-lite's ZeroMQ transport (`src/zmq_van.h`), in safe Rust over
+//! the `zmq` crate (bundled libzmq).
+//!
+//! Every node has one bound `ROUTER` that only receives, and one `DEALER`
+//! per peer that only sends, with identity `ps<own id>` once the node has an
+//! id. A ps-lite message is one ZeroMQ multipart message: the meta frame,
+//! then one frame per data part. The receiver derives the sender from the
+//! DEALER's identity, as ps-lite does, and fills in its own id as receiver.
+//!
+//! Beyond ps-lite: every socket has `LINGER` 0 and a send timeout (a peer
+//! that stopped reading gives an error, not a hang); each DEALER has a
+//! socket monitor, and a lost connection is reported to the handler as
+//! [`Event::Disconnected`]; a frame that is not a ps-lite message is dropped
+//! with a log line and the node goes on; the receive thread wakes at least
+//! every [`TICK`] (the handler gets [`Event::Tick`] for heartbeats and
+//! deadlines) and ends in bounded time on [`Van::stop`].
+//!
+//! libzmq's default socket limit per context is 1023 (ps-lite raises it to
+//! 65536 with `ZMQ_MAX_SOCKETS`, which the `zmq` crate cannot set without
+//! `unsafe`); the van instead opens a new context for every
+//! [`SOCKETS_PER_CONTEXT`] sockets, which lifts the limit the same way.
+#![forbid(unsafe_code)]
+
+use super::message::{identity_of, sender_of_identity, Bytes, Message, EMPTY};
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the receive thread wakes up when nothing arrives.
+pub const TICK: Duration = Duration::from_millis(50);
+/// Sockets opened in one ZeroMQ context before the van opens another.
+pub const SOCKETS_PER_CONTEXT: usize = 900;
+
+const EVENT_DISCONNECTED: u16 = 0x0200;
+const EVENT_MONITOR_STOPPED: u16 = 0x0400;
+
+/// What the receive thread hands to the van's handler.
+#[derive(Debug)]
+pub enum Event {
+    /// A ps-lite message; `sender` from the identity (`EMPTY` if none),
+    /// `recver` = this node's id.
+    Message(Message),
+    /// The connection of our DEALER to `peer` broke (the peer's process or
+    /// socket went away). libzmq keeps reconnecting in the background.
+    Disconnected { peer: i32 },
+    /// Nothing arrived for a [`TICK`]; for timers.
+    Tick,
+}
+
+/// What the handler wants the receive thread to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+/// How a van binds and sends.
+#[derive(Clone, Debug)]
+pub struct VanOptions {
+    /// For log lines and the thread name (the role).
+    pub name: String,
+    /// The address the node advertises.
+    pub host: String,
+    /// The address the ROUTER binds (`tcp://<bind_host>:<port>`).
+    pub bind_host: String,
+    /// 0 takes a free port.
+    pub port: u16,
+    /// When the port cannot be bound: error (the scheduler) or take a free
+    /// one instead (ps-lite retries random ports).
+    pub exact: bool,
+    /// Bound of every send (`ZMQ_SNDTIMEO`).
+    pub send_timeout: Duration,
+    /// `ZMQ_SNDHWM` of DEALERs made once the id is known.
+    pub water_mark: Option<i32>,
+    /// `PS_VERBOSE`: 2 logs every message.
+    pub verbose: u32,
+}
+
+pub type Handler = Box<dyn FnMut(&Van, Event) -> Flow + Send>;
+
+struct Sender {
+    sock: Mutex<zmq::Socket>,
+    generation: u64,
+    endpoint: String,
+}
+
+struct ContextPool {
+    contexts: Vec<(zmq::Context, usize)>,
+}
+
+impl ContextPool {
+    /// A context with room for `n` more sockets.
+    fn take(&mut self, n: usize) -> zmq::Context {
+        match self.contexts.last_mut() {
+            Some((ctx, used)) if *used + n <= SOCKETS_PER_CONTEXT => {
+                *used += n;
+                ctx.clone()
+            }
+            _ => {
+                let ctx = zmq::Context::new();
+                self.contexts.push((ctx.clone(), n));
+                ctx
+            }
+        }
+    }
+}
+
+struct Shared {
+    my_id: AtomicI32,
+    senders: Mutex<HashMap<i32, Arc<Sender>>>,
+    contexts: Mutex<ContextPool>,
+    new_monitors: Mutex<Vec<(i32, u64, zmq::Socket)>>,
+    generation: AtomicU64,
+    stop: AtomicBool,
+    dropped: AtomicU64,
+    /// Set by the receive thread when it has returned.
+    exited: Mutex<bool>,
+    exited_cond: Condvar,
+    send_timeout: Duration,
+    water_mark: Option<i32>,
+    verbose: u32,
+    name: String,
+}
+
+/// One node's sockets and receive thread. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Van {
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    router: Arc<Mutex<Option<zmq::Socket>>>,
+    port: u16,
+    host: String,
+}
+
+fn zerr(what: &str, e: zmq::Error) -> Error {
+    Error::new(format!("{what}: {e}"))
+}
+
+impl Van {
+    /// Binds this node's ROUTER (see [`VanOptions`]).
+    pub fn bind(o: &VanOptions) -> Result<Van> {
+        let (name, host, bind_host, port, exact) =
+            (&o.name, &o.host, &o.bind_host, o.port, o.exact);
+        let (send_timeout, water_mark, verbose) = (o.send_timeout, o.water_mark, o.verbose);
+        let mut pool = ContextPool {
+            contexts: Vec::new(),
+        };
+        let ctx = pool.take(1);
+        let router = ctx
+            .socket(zmq::ROUTER)
+            .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
+        router.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
+        let want = format!("tcp://{bind_host}:{port}");
+        let bound = if port == 0 {
+            router.bind(&format!("tcp://{bind_host}:*"))
+        } else {
+            router.bind(&want)
+        };
+        if let Err(e) = bound {
+            if exact || port == 0 {
+                return Err(Error::usage(format!("bind failed: {want}: {e}")));
+            }
+            router
+                .bind(&format!("tcp://{bind_host}:*"))
+                .map_err(|e| Error::usage(format!("bind failed: {want} and a free port: {e}")))?;
+        }
+        let ep = router
+            .get_last_endpoint()
+            .map_err(|e| zerr("ZMQ_LAST_ENDPOINT", e))?
+            .map_err(|_| Error::new("ZMQ_LAST_ENDPOINT is not text"))?;
+        let port: u16 = ep
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| Error::new(format!("cannot read the bound port of {ep}")))?;
+        Ok(Van {
+            shared: Arc::new(Shared {
+                my_id: AtomicI32::new(EMPTY),
+                senders: Mutex::new(HashMap::new()),
+                contexts: Mutex::new(pool),
+                new_monitors: Mutex::new(Vec::new()),
+                generation: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
+                dropped: AtomicU64::new(0),
+                exited: Mutex::new(false),
+                exited_cond: Condvar::new(),
+                send_timeout,
+                water_mark,
+                verbose,
+                name: name.clone(),
+            }),
+            thread: Arc::new(Mutex::new(None)),
+            router: Arc::new(Mutex::new(Some(router))),
+            port,
+            host: host.clone(),
+        })
+    }
+
+    /// The port the ROUTER is bound to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The address this node advertises.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// This node's id (`EMPTY` until assigned).
+    pub fn my_id(&self) -> i32 {
+        self.shared.my_id.load(Ordering::Acquire)
+    }
+
+    /// Sets the node id: later DEALERs get identity `ps<id>`, and received
+    /// messages get it as `recver`.
+    pub fn set_my_id(&self, id: i32) {
+        self.shared.my_id.store(id, Ordering::Release);
+    }
+
+    /// Starts the receive thread; `handler` sees every event on it.
+    pub fn start(&self, mut handler: Handler) -> Result<()> {
+        let router = self
+            .router
+            .lock()
+            .take()
+            .ok_or_else(|| Error::usage("the van was started twice"))?;
+        let van = self.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("mxkv-van-{}", self.shared.name))
+            .spawn(move || {
+                receive_loop(&van, router, &mut handler);
+                *van.shared.exited.lock() = true;
+                van.shared.exited_cond.notify_all();
+            })
+            .map_err(|e| Error::new(format!("cannot start the receive thread: {e}")))?;
+        *self.thread.lock() = Some(t);
+        Ok(())
+    }
+
+    /// Connects a DEALER to `peer` at `host:port` (replacing an earlier one
+    /// to the same peer id). Its identity is `ps<my id>` when this node has
+    /// an id, none otherwise. libzmq connects in the background.
+    pub fn connect(&self, peer: i32, host: &str, port: i32) -> Result<()> {
+        let endpoint = format!("tcp://{host}:{port}");
+        let ctx = self.shared.contexts.lock().take(3);
+        let sock = ctx
+            .socket(zmq::DEALER)
+            .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
+        let my_id = self.my_id();
+        sock.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
+        let ms = i32::try_from(self.shared.send_timeout.as_millis()).unwrap_or(i32::MAX);
+        sock.set_sndtimeo(ms.max(1))
+            .map_err(|e| zerr("ZMQ_SNDTIMEO", e))?;
+        if my_id != EMPTY {
+            sock.set_identity(identity_of(my_id).as_bytes())
+                .map_err(|e| zerr("ZMQ_IDENTITY", e))?;
+            if let Some(hwm) = self.shared.water_mark {
+                sock.set_sndhwm(hwm).map_err(|e| zerr("ZMQ_SNDHWM", e))?;
+            }
+        }
+        let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let mon_ep = format!("inproc://mxkv-monitor-{}-{generation}", std::process::id());
+        sock.monitor(&mon_ep, i32::from(EVENT_DISCONNECTED))
+            .map_err(|e| zerr("zmq_socket_monitor", e))?;
+        let mon = ctx
+            .socket(zmq::PAIR)
+            .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
+        mon.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
+        mon.connect(&mon_ep)
+            .map_err(|e| zerr("cannot connect the socket monitor", e))?;
+        sock.connect(&endpoint)
+            .map_err(|e| Error::usage(format!("cannot connect to {endpoint}: {e}")))?;
+        self.shared
+            .new_monitors
+            .lock()
+            .push((peer, generation, mon));
+        self.shared.senders.lock().insert(
+            peer,
+            Arc::new(Sender {
+                sock: Mutex::new(sock),
+                generation,
+                endpoint,
+            }),
+        );
+        Ok(())
+    }
+
+    /// Whether a DEALER to `peer` exists.
+    pub fn is_connected(&self, peer: i32) -> bool {
+        self.shared.senders.lock().contains_key(&peer)
+    }
+
+    /// The endpoint of the DEALER to `peer`.
+    pub fn endpoint_of(&self, peer: i32) -> Option<String> {
+        self.shared
+            .senders
+            .lock()
+            .get(&peer)
+            .map(|s| s.endpoint.clone())
+    }
+
+    /// Sends `msg` to `msg.recver` as one multipart message and returns the
+    /// bytes sent. Data parts that are uniquely owned, Vec-backed `Bytes`
+    /// go out without a copy.
+    pub fn send(&self, msg: Message) -> Result<usize> {
+        let peer = msg.recver;
+        let sender = self.shared.senders.lock().get(&peer).cloned();
+        let Some(sender) = sender else {
+            return Err(Error::usage(format!("there is no socket to node {peer}")));
+        };
+        let meta = msg.encode_meta();
+        if self.shared.verbose >= 2 {
+            eprintln!(
+                "[mxkv {}] send to {peer}: {}",
+                self.shared.name,
+                summary(&msg)
+            );
+        }
+        let mut bytes = meta.len();
+        let nparts = msg.data.len();
+        let sock = sender.sock.lock();
+        let flags = if nparts > 0 { zmq::SNDMORE } else { 0 };
+        let timeout = |e: zmq::Error| {
+            if e == zmq::Error::EAGAIN {
+                Error::timeout(format!(
+                    "sending to node {peer} ({}) timed out after {:.1} s: the peer does not read",
+                    sender.endpoint,
+                    self.shared.send_timeout.as_secs_f64()
+                ))
+            } else {
+                Error::peer_lost(format!(
+                    "sending to node {peer} ({}) failed: {e}",
+                    sender.endpoint
+                ))
+            }
+        };
+        sock.send(zmq::Message::from(meta), flags)
+            .map_err(timeout)?;
+        for (i, part) in msg.data.into_iter().enumerate() {
+            bytes += part.len();
+            let flags = if i + 1 < nparts { zmq::SNDMORE } else { 0 };
+            sock.send(to_zmq(part), flags).map_err(timeout)?;
+        }
+        Ok(bytes)
+    }
+
+    /// Stops the receive thread and closes every socket. Waits for the thread
+    /// at most `deadline` (it ends within a [`TICK`] unless a handler
+    /// blocks); idempotent.
+    pub fn stop(&self, deadline: Duration) {
+        self.shared.stop.store(true, Ordering::Release);
+        let handle = self.thread.lock().take();
+        if let Some(h) = handle.filter(|h| h.thread().id() != std::thread::current().id()) {
+            let mut exited = self.shared.exited.lock();
+            let until = Instant::now() + deadline;
+            while !*exited {
+                if self
+                    .shared
+                    .exited_cond
+                    .wait_until(&mut exited, until)
+                    .timed_out()
+                {
+                    break;
+                }
+            }
+            let done = *exited;
+            drop(exited);
+            if done || h.is_finished() {
+                let _ = h.join();
+            } else {
+                eprintln!(
+                    "[mxkv {}] the receive thread did not stop within {:.1} s",
+                    self.shared.name,
+                    deadline.as_secs_f64()
+                );
+            }
+        }
+        self.shared.senders.lock().clear();
+        self.router.lock().take();
+        self.shared.new_monitors.lock().clear();
+        self.shared.contexts.lock().contexts.clear();
+    }
+
+    /// Whether [`Van::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
+    }
+
+    /// How many received messages were dropped as malformed or not ps-lite.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Acquire)
+    }
+
+    /// Logs a dropped message and counts it.
+    pub fn drop_message(&self, why: &str) {
+        self.shared.dropped.fetch_add(1, Ordering::AcqRel);
+        self.log(&format!("dropped {why}"));
+    }
+
+    fn log(&self, what: &str) {
+        eprintln!("[mxkv {}] {what}", self.shared.name);
+    }
+}
+
+/// A `Bytes` as a ZeroMQ frame: without a copy when it is the only handle
+/// to a Vec-backed buffer, else copied once.
+fn to_zmq(b: Bytes) -> zmq::Message {
+    if b.is_unique() {
+        let v: Vec<u8> = b.into();
+        if v.len() == v.capacity() {
+            return zmq::Message::from(v.into_boxed_slice());
+        }
+        return zmq::Message::from(&v[..]);
+    }
+    zmq::Message::from(&b[..])
+}
+
+fn summary(m: &Message) -> String {
+    format!(
+        "cmd={:?} head={} req={} push={} pull={} simple_app={} app={} ts={} cust={} parts={:?}",
+        m.cmd(),
+        m.head,
+        m.request,
+        m.push,
+        m.pull,
+        m.simple_app,
+        m.app_id,
+        m.timestamp,
+        m.customer_id,
+        m.data.iter().map(|d| d.len()).collect::<Vec<_>>()
+    )
+}
+
+fn identity_text(id: &[u8]) -> String {
+    if id.iter().all(|b| b.is_ascii_graphic()) {
+        String::from_utf8_lossy(id).into_owned()
+    } else {
+        id.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+struct Monitor {
+    peer: i32,
+    generation: u64,
+    sock: zmq::Socket,
+}
+
+fn receive_loop(van: &Van, router: zmq::Socket, handler: &mut Handler) {
+    let mut monitors: Vec<Monitor> = Vec::new();
+    let tick_ms = TICK.as_millis() as i64;
+    while !van.shared.stop.load(Ordering::Acquire) {
+        monitors.extend(van.shared.new_monitors.lock().drain(..).map(
+            |(peer, generation, sock)| Monitor {
+                peer,
+                generation,
+                sock,
+            },
+        ));
+        let (router_ready, ready_monitors) = {
+            let mut items = Vec::with_capacity(1 + monitors.len());
+            items.push(router.as_poll_item(zmq::POLLIN));
+            items.extend(monitors.iter().map(|m| m.sock.as_poll_item(zmq::POLLIN)));
+            match zmq::poll(&mut items, tick_ms) {
+                Ok(_) => {}
+                Err(zmq::Error::EINTR) => continue,
+                Err(e) => {
+                    van.log(&format!("poll failed: {e}; the receive thread stops"));
+                    return;
+                }
+            }
+            let ready: Vec<usize> = (1..items.len())
+                .filter(|&i| items[i].is_readable())
+                .map(|i| i - 1)
+                .collect();
+            (items[0].is_readable(), ready)
+        };
+        let mut stopped_monitors = Vec::new();
+        for i in ready_monitors {
+            while let Some((event, _endpoint)) = read_monitor_event(&monitors[i].sock) {
+                let m = &monitors[i];
+                if event == EVENT_MONITOR_STOPPED {
+                    stopped_monitors.push(i);
+                    break;
+                }
+                if event == EVENT_DISCONNECTED {
+                    let current = van.shared.senders.lock().get(&m.peer).map(|s| s.generation);
+                    if current == Some(m.generation)
+                        && handler(van, Event::Disconnected { peer: m.peer }) == Flow::Stop
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        // Monitors of replaced or closed DEALERs: drop them.
+        {
+            let senders = van.shared.senders.lock();
+            let mut idx = 0;
+            monitors.retain(|m| {
+                let keep = !stopped_monitors.contains(&idx)
+                    && senders.get(&m.peer).map(|s| s.generation) == Some(m.generation);
+                idx += 1;
+                keep
+            });
+        }
+        if router_ready {
+            // Drain everything that is there, then poll again.
+            loop {
+                match receive_one(van, &router) {
+                    Received::Nothing => break,
+                    Received::Dropped => continue,
+                    Received::Msg(msg) => {
+                        if handler(van, Event::Message(msg)) == Flow::Stop {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        if handler(van, Event::Tick) == Flow::Stop {
+            return;
+        }
+    }
+}
+
+fn read_monitor_event(sock: &zmq::Socket) -> Option<(u16, String)> {
+    let first = sock.recv_msg(zmq::DONTWAIT).ok()?;
+    let mut endpoint = String::new();
+    while sock.get_rcvmore().unwrap_or(false) {
+        match sock.recv_msg(zmq::DONTWAIT) {
+            Ok(m) => endpoint = String::from_utf8_lossy(&m).into_owned(),
+            Err(_) => break,
+        }
+    }
+    if first.len() < 2 {
+        return None;
+    }
+    Some((u16::from_le_bytes([first[0], first[1]]), endpoint))
+}
+
+/// A received frame as the owner of a `Bytes` (no copy).
+struct Frame(zmq::Message);
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+enum Received {
+    Nothing,
+    Dropped,
+    Msg(Message),
+}
+
+fn receive_one(van: &Van, router: &zmq::Socket) -> Received {
+    let mut frames: Vec<zmq::Message> = Vec::new();
+    match router.recv_msg(zmq::DONTWAIT) {
+        Ok(m) => frames.push(m),
+        Err(_) => return Received::Nothing,
+    }
+    while router.get_rcvmore().unwrap_or(false) {
+        match router.recv_msg(0) {
+            Ok(m) => frames.push(m),
+            Err(e) => {
+                van.drop_message(&format!("a message cut short: {e}"));
+                return Received::Dropped;
+            }
+        }
+    }
+    let mut frames = frames.into_iter();
+    let identity = frames.next().expect("one frame at least");
+    let Some(meta) = frames.next() else {
+        van.drop_message(&format!(
+            "a message without meta from identity {}",
+            identity_text(&identity)
+        ));
+        return Received::Dropped;
+    };
+    let data: Vec<Bytes> = frames.map(|f| Bytes::from_owner(Frame(f))).collect();
+    let mut msg = match Message::decode(&meta, data) {
+        Ok(m) => m,
+        Err(e) => {
+            van.drop_message(&format!(
+                "a message from identity {} ({} bytes of meta): {e}",
+                identity_text(&identity),
+                meta.len()
+            ));
+            return Received::Dropped;
+        }
+    };
+    msg.sender = sender_of_identity(&identity);
+    msg.recver = van.my_id();
+    if van.shared.verbose >= 2 {
+        van.log(&format!("recv from {}: {}", msg.sender, summary(&msg)));
+    }
+    Received::Msg(msg)
+}
