@@ -97,6 +97,21 @@ class Out(object):
             self.raw.flush()
 
 
+def stop(proc):
+    """End a launcher by its pid: SIGTERM makes it stop its nodes; SIGKILL if it lingers."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate(timeout=20)
+
+
+def on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run_job(args, lib, workers, servers, worker_args, timeout, extra_env=None):
     """One launcher job. Returns (returncode, [worker JSON objects], stderr tail)."""
     env = dict(os.environ)
@@ -111,14 +126,10 @@ def run_job(args, lib, workers, servers, worker_args, timeout, extra_env=None):
     try:
         out, err = proc.communicate(timeout=timeout + 40)
     except subprocess.TimeoutExpired:
-        # the launcher did not end its job in time: SIGTERM makes it stop its nodes,
-        # SIGKILL (by its pid) if it does not exit either
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate(timeout=20)
+        out, err = stop(proc)
+    except BaseException:  # SIGTERM/SIGINT of this driver: the job goes with it
+        stop(proc)
+        raise
     objs = []
     for line in out.decode("utf-8", "replace").splitlines():
         m = LINE.match(line)
@@ -212,6 +223,7 @@ def main():
     if "MXKV_LIBRARY_PATH" not in os.environ and os.path.exists(so):
         os.environ["MXKV_LIBRARY_PATH"] = so
 
+    signal.signal(signal.SIGTERM, on_sigterm)
     out = Out(args.csv, args.raw)
     t_start = time.perf_counter()
     busy0, own0 = machine_busy_s(), own_cpu_s()

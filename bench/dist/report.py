@@ -18,7 +18,6 @@ import datetime
 import importlib.util
 import os
 import platform
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
