@@ -14,6 +14,7 @@ pub mod van;
 // KV layer (dist-kv): key mapping, server state machine, worker requests.
 pub mod keys;
 pub mod kv;
+pub mod kv_node;
 #[cfg(test)]
 mod kv_cluster_tests;
 #[cfg(test)]
