@@ -26,6 +26,7 @@ if a pulled value was wrong, 2 if a job of a library that passed its probe (or
 of MXNet) failed to run, else 0.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -54,6 +55,29 @@ def log(msg):
 
 def clean(text):
     return " ".join(str(text).replace(",", ";").replace('"', "'").split())
+
+
+def sha(path):
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()[:12]
+    except OSError:
+        return "?"
+
+
+def git_rev():
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True, cwd=ROOT, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, cwd=ROOT,
+                               timeout=30).stdout.strip()
+        return rev + (" (+ uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def machine_busy_s():
@@ -232,7 +256,10 @@ def main():
     out.meta("node_python", args.python)
     out.meta("cores", os.cpu_count())
     out.meta("loadavg_start", open("/proc/loadavg").read().split()[0])
-    out.meta("mxkv_library", os.environ.get("MXKV_LIBRARY_PATH", ""))
+    so = os.environ.get("MXKV_LIBRARY_PATH", "")
+    out.meta("mxkv_library", so)
+    out.meta("mxkv_sha256", sha(so) if so else "")
+    out.meta("git_rev", git_rev())
     out.meta("rounds", rounds)
     out.meta("worker_args", " ".join(worker_args))
     out.meta("job_timeout_s", timeout)

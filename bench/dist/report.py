@@ -103,8 +103,12 @@ def markdown(rows, data, meta, got, used, args):
                                  if k.startswith("MXNET_")) or "none"))
     L.append("")
     so = meta.get("mxkv_library", "")
-    L.append("- mxkv: `%s`, sha256 %s; libmxkv source: git %s" % (so, sha(so) if so else "?",
-                                                                   git_rev()))
+    L.append("- mxkv: `%s`, sha256 %s; libmxkv source: git %s (when measured)" % (
+        so, meta.get("mxkv_sha256") or (sha(so) if so else "?"),
+        meta.get("git_rev") or git_rev()))
+    L.append("- Command: `make bench-dist` (`bench/dist/distbench.py`, then "
+             "`bench/dist/report.py`)%s" % (
+                 "; smoke run: `make bench-dist-smoke`" if mode == "smoke" else ""))
     L.append("- Python %s (every node: `%s`), MXNet 1.9.1" % (meta.get("python", "?"),
                                                              meta.get("node_python", "?")))
     avail = meta.get("mxkv_dist", "")
@@ -272,9 +276,9 @@ def markdown(rows, data, meta, got, used, args):
         "worker's own engine keep every pulled value the sum of its round.")
     L.append(
         "- MXNet's worker goes through its threaded engine for every push, pull and wait "
-        "(on a `local` store a pull followed by `wait_to_read` alone costs ≈ 70 µs in the "
-        "local benchmark), so a 1-element push + pull costs hundreds of µs though the "
-        "loopback round trip is tens.")
+        "(on a `local` store a 1-element push + pull + `wait_to_read` from Python costs "
+        "≈ 75 µs in the local benchmark), so a 1-element push + pull costs hundreds of µs "
+        "though the loopback round trip is tens.")
     L.append("")
     return "\n".join(L)
 
