@@ -323,7 +323,7 @@ def main():
                                           else "  " + status[key][0] + " " + status[key][1]))
                 if rc != 0 and not failed_value:
                     failed_run = True
-                    log("  job exit status %s: %s" % (rc, why(rc, objs, tail)))
+                    log("  %s" % why(rc, objs, tail))
                 log("  (%.1f s)" % (time.perf_counter() - t0))
 
     if not args.no_loopback:
