@@ -1198,6 +1198,39 @@ static void test_csr_parts(void) {
   CHECK_OK(MXNDArrayFree(two));
 }
 
+/* MXNDArraySyncCopyFromNDArray(dense, sparse, -1) copies the sparse array's
+   stored values when the dense array has their shape (MXNet copies
+   src.data()); of the sparse array's own shape, it gets it densified. The
+   case of issue 9 (4.1): a handle on an array's own data part refreshed
+   from the array returns 0 (it never returned when all rows were stored)
+   and leaves the part as it was, as MXNet 1.9.1 does. */
+static void test_copy_from_sparse_data(void) {
+  const int64_t i13[2] = {1, 3};
+  const float d13[4] = {1, 10, 3, 30};
+  NDArrayHandle r = make_rsp(4, 2, i13, 2, d13), d = NULL;
+  CHECK_OK(MXNDArrayGetDataNDArray(r, &d));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(d, r, -1));
+  CHECK_F32(d, 4, 1, 10, 3, 30);
+  check_rsp(r, 2, i13, d13, 2);
+  uint32_t s22[2] = {2, 2}, s42[2] = {4, 2}, s32[2] = {3, 2};
+  NDArrayHandle rows = make_f32_shape(s22, 2, NULL), full = make_f32_shape(s42, 2, NULL);
+  NDArrayHandle other = make_f32_shape(s32, 2, NULL);
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(rows, r, -1));
+  CHECK_F32(rows, 4, 1, 10, 3, 30);
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(full, r, -1));
+  CHECK_F32(full, 8, 0, 0, 1, 10, 0, 0, 3, 30);
+  CHECK_ERR(MXNDArraySyncCopyFromNDArray(other, r, -1), "shape mismatch");
+  /* all rows stored: the data part has the array's shape */
+  const int64_t i01[2] = {0, 1};
+  NDArrayHandle r2 = make_rsp(2, 2, i01, 2, d13), d2 = NULL;
+  CHECK_OK(MXNDArrayGetDataNDArray(r2, &d2));
+  CHECK_OK(MXNDArraySyncCopyFromNDArray(d2, r2, -1));
+  CHECK_F32(d2, 4, 1, 10, 3, 30);
+  check_rsp(r2, 2, i01, d13, 2);
+  NDArrayHandle hs[7] = {r, d, rows, full, other, r2, d2};
+  free_all(hs, 7);
+}
+
 /* Arrays of shape (rows, 0) as MXNDArrayCreateEx64 / CreateSparseEx64 make
    them; a row_sparse one stores the rows `ids` (of no elements). */
 static NDArrayHandle make_wide0(int64_t rows, bool sparse, const int64_t *ids, int nids) {
@@ -1522,6 +1555,8 @@ int main(void) {
   test_sparse("device");
   CHECK_LIVE(g_start);
   test_csr_parts();
+  CHECK_LIVE(g_start);
+  test_copy_from_sparse_data();
   CHECK_LIVE(g_start);
   test_empty_rows("local");
   test_empty_rows("device");

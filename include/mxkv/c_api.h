@@ -294,7 +294,9 @@ MXNET_DLL int MXNDArraySyncCopyToCPU(NDArrayHandle handle, void *data, size_t si
 
 /*
  Copies `src` into `dst` (`i == -1`: the data; aux arrays are for sparse
- arrays). Shapes must match; the dtype is converted.
+ arrays). Shapes must match, except that a dense `dst` of the shape of a
+ sparse `src`'s stored values gets those (MXNet copies `src.data()`); the
+ dtype is converted.
  */
 MXNET_DLL int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst, NDArrayHandle handle_src, int i);
 

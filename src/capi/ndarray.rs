@@ -323,7 +323,9 @@ pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(
 }
 
 /// Copies `src` into `dst` (`i == -1`: the data; aux arrays are for sparse
-/// arrays). Shapes must match; the dtype is converted.
+/// arrays). Shapes must match, except that a dense `dst` of the shape of a
+/// sparse `src`'s stored values gets those (MXNet copies `src.data()`); the
+/// dtype is converted.
 #[no_mangle]
 pub extern "C" fn MXNDArraySyncCopyFromNDArray(
     handle_dst: NDArrayHandle,
@@ -341,7 +343,7 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(
                 "aux index {i} given for a dense array (only -1, the data, applies)"
             )));
         }
-        dst.copy_from(&src)
+        dst.sync_copy_from(&src)
     })
 }
 

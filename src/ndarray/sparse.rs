@@ -298,6 +298,24 @@ impl NDArray {
         Ok(())
     }
 
+    /// `MXNDArraySyncCopyFromNDArray(self, src, -1)` for a dense `self`.
+    /// MXNet copies `src.data()`, which for a sparse `src` is its data part
+    /// (the stored values). Here a `self` of `src`'s shape gets `src`
+    /// densified, as every copy in this library does (MXNet would reshape
+    /// `self` to the stored rows); a `self` of the data part's shape gets the
+    /// data part, as in MXNet (e.g. a handle from `MXNDArrayGetDataNDArray`
+    /// refreshed from its array; that handle shares the part here, so the
+    /// copy leaves it as it is).
+    pub fn sync_copy_from(&self, src: &NDArray) -> Result<()> {
+        if !self.is_sparse() && src.is_sparse() && self.shape() != src.shape() {
+            let data = src.parts()?.data;
+            if data.shape() == self.shape() {
+                return self.copy_from(&data);
+            }
+        }
+        self.copy_from(src)
+    }
+
     /// Elements per row (product of the dims after the first), saturating
     /// at `usize::MAX` (a logical shape may be larger than memory when no
     /// rows are stored): use [`row_bytes`] for byte offsets.
@@ -1092,10 +1110,26 @@ mod tests {
         let (v2, aux2) = (v.clone(), aux.clone());
         within(20, move || aux2.copy_from(&v2)).unwrap();
         assert_eq!(aux.read().typed::<i64>(), &[0, 1, 2]);
-        // Fewer rows stored: shapes differ, an error (never a wait).
+        // Fewer rows stored: shapes differ, so a copy (CopyFromTo) is an
+        // error (never a wait) ...
         let r = rsp(4, &[1, 3], &[1., 1., 2., 2.]);
         let d = r.private_parts().unwrap().data;
-        let e = within(20, move || d.copy_from(&r)).unwrap_err();
+        let (r2, d2) = (r.clone(), d.clone());
+        let e = within(20, move || d2.copy_from(&r2)).unwrap_err();
+        assert!(e.message().contains("shape mismatch"), "{}", e.message());
+        // ... and MXNDArraySyncCopyFromNDArray copies the stored values, as
+        // MXNet 1.9.1 does (rc 0, the part unchanged), into the part itself
+        // or into any array of its shape.
+        let (r2, d2) = (r.clone(), d.clone());
+        within(20, move || d2.sync_copy_from(&r2)).unwrap();
+        assert_eq!(d.read().typed::<f32>(), &[1., 1., 2., 2.]);
+        let other = NDArray::zeros(Shape(vec![2, 2]), DType::F64, Context::CPU0).unwrap();
+        other.sync_copy_from(&r).unwrap();
+        assert_eq!(other.to_f64_vec(), vec![1., 1., 2., 2.]);
+        let full = NDArray::zeros(Shape(vec![4, 2]), DType::F32, Context::CPU0).unwrap();
+        full.sync_copy_from(&r).unwrap();
+        assert_eq!(dense_of(&full), vec![0., 0., 1., 1., 0., 0., 2., 2.]);
+        let e = dense(&[3, 2], &[0.; 6]).sync_copy_from(&r).unwrap_err();
         assert!(e.message().contains("shape mismatch"), "{}", e.message());
     }
 
