@@ -345,3 +345,97 @@ fn dist_cluster_garbage_is_dropped_and_the_node_lives() {
     drop((w, s));
     assert_no_transport_threads();
 }
+
+#[test]
+fn dist_cluster_more_sockets_than_one_zmq_context_allows() {
+    let _g = serial();
+    // libzmq allows 1023 sockets per context by default; ps-lite raises the
+    // limit, the van opens another context instead. 500 peers = 1500 sockets
+    // (DEALER + monitor pair each).
+    use mxkv::dist::van::{Flow, Van, VanOptions};
+    let van = Van::bind(&VanOptions {
+        name: "many".into(),
+        host: "127.0.0.1".into(),
+        bind_host: "127.0.0.1".into(),
+        port: 0,
+        exact: false,
+        send_timeout: Duration::from_millis(200),
+        water_mark: None,
+        verbose: 0,
+    })
+    .unwrap();
+    van.set_my_id(9);
+    van.start(Box::new(|_, _| Flow::Continue)).unwrap();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for peer in 0..500 {
+        van.connect(1000 + peer, "127.0.0.1", i32::from(closed))
+            .unwrap_or_else(|e| panic!("peer {peer}: {e}"));
+    }
+    assert!(van.is_connected(1499));
+    // a send to a peer that never accepts ends at the send deadline
+    let t0 = Instant::now();
+    let mut sent = 0;
+    let e = loop {
+        let m = Message {
+            recver: 1000,
+            data: vec![Bytes::from(vec![0u8; 16])],
+            ..Message::default()
+        };
+        match van.send(m) {
+            Ok(_) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent < 100_000, "never blocked");
+    };
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let t0 = Instant::now();
+    van.stop(Duration::from_secs(5));
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    drop(van);
+    assert_no_transport_threads();
+}
+
+#[test]
+fn dist_cluster_heartbeats_and_dead_node_count() {
+    let _g = serial();
+    // ps-lite's GetNumDeadNode: a worker checks only the scheduler; without
+    // heartbeats the scheduler reads dead once `timeout_sec` has passed.
+    for heartbeats in [true, false] {
+        let t = Duration::from_secs(20);
+        let with_hb = |mut c: Config| {
+            if heartbeats {
+                c.heartbeat_interval = Duration::from_millis(200);
+            }
+            c
+        };
+        let sched = scheduler::spawn(with_hb(cfg(Role::Scheduler, 0, 1, 1, t))).unwrap();
+        let port = sched.port();
+        let server = spawn_node(with_hb(cfg(Role::Server, port, 1, 1, t)), |po| {
+            po.finalize(true)
+        });
+        let worker = spawn_node(with_hb(cfg(Role::Worker, port, 1, 1, t)), |po| {
+            let before = po.num_dead_nodes(1, 1);
+            // let more than timeout_sec = 1 pass (what the count is about)
+            std::thread::sleep(Duration::from_millis(1500));
+            let counts = (
+                before,
+                po.num_dead_nodes(1, 1),
+                po.num_dead_nodes(2, 1),
+                po.num_dead_nodes(4, 1),
+                po.num_dead_nodes(1, 0),
+            );
+            po.finalize(true).unwrap();
+            counts
+        });
+        let counts = worker.join().unwrap().unwrap();
+        server.join().unwrap().unwrap().unwrap();
+        sched.join().unwrap();
+        let dead_sched = usize::from(!heartbeats);
+        assert_eq!(counts, (0, dead_sched, 0, 0, 0), "heartbeats {heartbeats}");
+    }
+    assert_no_transport_threads();
+}

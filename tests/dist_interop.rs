@@ -6,7 +6,9 @@
 //!   barriers, clean shutdown, the real scheduler exits 0;
 //! - our scheduler with real servers and real workers running the captured
 //!   worker scripts unchanged (they check every value and exit 1 on a
-//!   mismatch), heartbeats included.
+//!   mismatch), heartbeats included;
+//! - a real server killed with SIGKILL: our worker and scheduler say so.
+//!
 //! Skipped (with a message) only when the reference venv does not exist;
 //! `make test` creates it first.
 
@@ -253,4 +255,50 @@ fn dist_interop_our_scheduler_real_cluster_heartbeats() {
         1,
         &[("PS_HEARTBEAT_INTERVAL", "1")],
     );
+}
+
+#[test]
+fn dist_interop_real_server_sigkilled() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(py) = python() else { return };
+    let py = py.to_str().unwrap().to_string();
+    // Our scheduler and worker, a real MXNet server that is killed with
+    // SIGKILL once the cluster is up: both of ours report the lost server
+    // (real ps-lite would wait forever).
+    let t = Duration::from_secs(60);
+    let sched = scheduler::spawn(Config::local(Role::Scheduler, 0, 1, 1, t)).unwrap();
+    let port = sched.port();
+    let mut server = Proc::spawn(
+        "server",
+        90,
+        &[&py, "-c", "import mxnet"],
+        &cluster_env("server", port, 1, 1),
+    );
+    let po = Postoffice::start(Config::local(Role::Worker, port, 1, 1, t))
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
+    // the python process is the child of `timeout`
+    let out = Command::new("pgrep")
+        .arg("-P")
+        .arg(server.child.id().to_string())
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(!pid.is_empty(), "no server process");
+    let t0 = Instant::now();
+    assert!(Command::new("kill")
+        .arg("-KILL")
+        .arg(&pid)
+        .status()
+        .unwrap()
+        .success());
+    let e = po.barrier(0, 7).unwrap_err();
+    assert_eq!(e.kind(), mxkv::error::ErrorKind::PeerLost, "{e}");
+    assert!(e.message().contains("server 0 (id 8)"), "{e}");
+    let se = sched.join().unwrap_err();
+    assert!(se.message().contains("server 0 (id 8)"), "{se}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(po.check_peer(8).is_err());
+    let _ = po.finalize(false);
+    drop(po);
+    assert_ne!(server.wait(Duration::from_secs(5)), Some(0));
 }

@@ -254,7 +254,7 @@ impl Postoffice {
         Ok(po)
     }
 
-    fn log_ready(&self) {
+    pub(crate) fn log_ready(&self) {
         let po = self;
         if po.config.verbose >= 1 {
             let n = po.my_node.lock().clone();

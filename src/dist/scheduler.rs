@@ -68,6 +68,7 @@ pub fn spawn(config: Config) -> Result<SchedulerThread> {
         .name("mxkv-scheduler".into())
         .spawn(move || {
             po.wait_ready()?;
+            po.log_ready();
             po.barrier(0, ALL_GROUP)?;
             po.finalize(true)
         })
