@@ -147,3 +147,51 @@ fn dist_vectors_senders_from_identities() {
     // one ADD_NODE per server and worker of the six sessions
     assert_eq!(anonymous, 15);
 }
+
+fn node_id(name: &str) -> i32 {
+    match name {
+        "H" => 1,
+        "S0" => 8,
+        "S1" => 10,
+        "W0" => 9,
+        "W1" => 11,
+        other => panic!("unknown node {other}"),
+    }
+}
+
+#[test]
+fn dist_vectors_resender_signatures() {
+    // Session F ran with PS_RESEND=1: every message after start-up is
+    // acknowledged with its signature. Each ACK's msg_sig is the signature
+    // (ps-lite Resender::GetKey) of a message captured in that session.
+    use mxkv::dist::postoffice::signature;
+    use std::collections::HashSet;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/vectors/dist/session_f.jsonl"
+    ))
+    .unwrap();
+    let mut sigs = HashSet::new();
+    let mut acks = Vec::new();
+    for line in text.lines() {
+        if str_field(line, "type") != Some("message") {
+            continue;
+        }
+        let mut m =
+            Message::decode(&hex(str_field(line, "meta_hex").unwrap()), Vec::new()).unwrap();
+        m.sender = sender_of_identity(str_field(line, "identity").unwrap().as_bytes());
+        m.recver = node_id(str_field(line, "to").unwrap());
+        match m.cmd() {
+            Command::Ack => acks.push(m.control.as_ref().unwrap().msg_sig),
+            _ if m.timestamp != EMPTY && m.sender != EMPTY => {
+                sigs.insert(signature(&m));
+            }
+            _ => {}
+        }
+    }
+    assert!(acks.len() >= 10, "{} ACKs", acks.len());
+    assert!(acks.contains(&0x90100000003), "worker 9's barrier ts 1");
+    for a in &acks {
+        assert!(sigs.contains(a), "ACK {a:#x} matches no captured message");
+    }
+}
