@@ -6,11 +6,12 @@
 use super::kv::Transport;
 use super::message::Message;
 use super::postoffice::{Customer, Postoffice};
-use super::server::{Controller, KvServer, ServerConfig, ServerEvent};
+use super::server::{Controller, Flow, KvServer, ServerConfig, ServerEvent};
 use super::worker::{KvWorker, WorkerConfig};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::{mpsc, Arc, Weak};
+use std::time::Duration;
 
 /// Sends through a postoffice without keeping it alive (the postoffice
 /// holds the customers, so a strong reference would be a cycle).
@@ -53,18 +54,39 @@ pub fn worker_on(po: &Arc<Postoffice>, customer_id: i32) -> Arc<KvWorker> {
     w
 }
 
-/// Hands a server node's messages and peer losses to the thread running
-/// [`serve`].
-struct ServerInbox(Mutex<mpsc::Sender<ServerEvent>>);
+/// A server node's receive side. Data requests are handled right on the
+/// van's receive thread while no updater is installed (a sum or an assign
+/// never waits, and skipping the hand-off saves a thread wake-up per request,
+/// ~20 µs here); commands, and data requests once an updater is installed,
+/// go to the thread running [`serve`] (where MXNet runs its controller and
+/// updater). Each worker waits for its commands' answers before it sends
+/// more, so this keeps every worker's order.
+struct ServerInbox {
+    server: Arc<Mutex<KvServer>>,
+    out: PostofficeTransport,
+    tx: Mutex<mpsc::Sender<ServerEvent>>,
+}
 
 impl Customer for ServerInbox {
     fn on_message(&self, msg: Message) {
+        if !msg.simple_app {
+            let mut s = self.server.lock();
+            if s.updater_slot().get().is_none() {
+                let mut no_controller = |_: i32, _: &[u8]| -> Result<()> {
+                    Err(Error::new(
+                        "internal: a data request reached the controller",
+                    ))
+                };
+                s.handle(msg, &self.out, &mut no_controller);
+                return;
+            }
+        }
         // The receiver is gone only after `serve` returned: nothing to do.
-        let _ = self.0.lock().send(ServerEvent::Message(msg));
+        let _ = self.tx.lock().send(ServerEvent::Message(msg));
     }
 
     fn on_peer_lost(&self, _peer: i32, err: &Error) {
-        let _ = self.0.lock().send(ServerEvent::PeerLost(err.clone()));
+        let _ = self.tx.lock().send(ServerEvent::PeerLost(err.clone()));
     }
 }
 
@@ -77,19 +99,50 @@ pub fn server_for(po: &Postoffice) -> KvServer {
     })
 }
 
-/// Runs `server` on this thread until a worker sends `kStopServer` (MXNet's
-/// `KVStoreDistServer::Run`); sync rounds that wait longer than the node's
-/// deadline fail. The caller then finalizes the node.
+/// Runs `server` until a worker sends `kStopServer` (MXNet's
+/// `KVStoreDistServer::Run`): commands, the controller and the updater run
+/// on this thread; sync rounds that wait longer than the node's deadline
+/// fail. The caller then finalizes the node.
 pub fn serve(
     po: &Arc<Postoffice>,
     server: &mut KvServer,
     controller: &mut Controller<'_>,
 ) -> Result<()> {
+    let cfg = server.config();
+    let shared = Arc::new(Mutex::new(std::mem::replace(server, KvServer::new(cfg))));
     let (tx, rx) = mpsc::channel();
-    po.register_customer(0, 0, Arc::new(ServerInbox(Mutex::new(tx))));
+    po.register_customer(
+        0,
+        0,
+        Arc::new(ServerInbox {
+            server: shared.clone(),
+            out: PostofficeTransport(Arc::downgrade(po)),
+            tx: Mutex::new(tx),
+        }),
+    );
     let out = PostofficeTransport(Arc::downgrade(po));
-    let r = server.run(&rx, &out, controller, po.config().timeout);
+    let timeout = po.config().timeout;
+    let tick = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let r = loop {
+        match rx.recv_timeout(tick) {
+            Ok(ServerEvent::Message(m)) => {
+                if shared.lock().handle(m, &out, controller) == Flow::Stop {
+                    break Ok(());
+                }
+            }
+            Ok(ServerEvent::PeerLost(e)) => shared.lock().on_peer_lost(&e, &out),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(Error::peer_lost(format!(
+                    "server {}: the node stopped before kStopServer",
+                    cfg.rank
+                )))
+            }
+        }
+        shared.lock().expire_rounds(timeout, &out);
+    };
     po.unregister_customer(0, 0);
+    std::mem::swap(server, &mut shared.lock());
     r
 }
 
@@ -103,7 +156,6 @@ mod tests {
     use crate::dist::scheduler;
     use crate::ndarray::dtype::DType;
     use crate::ndarray::{Context, NDArray, Shape};
-    use std::time::Duration;
 
     fn f32s(v: &[f32]) -> NDArray {
         NDArray::from_bytes(
@@ -131,10 +183,22 @@ mod tests {
                 std::thread::spawn(move || -> Result<()> {
                     let po = Postoffice::start(cfg(Role::Server, port))?;
                     let mut s = server_for(&po);
-                    let mut refuse = |h: i32, _: &[u8]| -> Result<()> {
-                        Err(Error::usage(format!("no controller for {h}")))
+                    let slot = s.updater_slot();
+                    // kController installs `stored -= lr * sum`
+                    let mut controller = |_: i32, body: &[u8]| -> Result<()> {
+                        let lr: f32 = String::from_utf8_lossy(body).parse().unwrap();
+                        slot.set(Some(Arc::new(
+                            move |_: i32, g: &NDArray, w: &NDArray| -> Result<()> {
+                                let g = g.read().typed::<f32>().to_vec();
+                                for (w, g) in w.write().typed_mut::<f32>().iter_mut().zip(g) {
+                                    *w -= lr * g;
+                                }
+                                Ok(())
+                            },
+                        )));
+                        Ok(())
                     };
-                    serve(&po, &mut s, &mut refuse)?;
+                    serve(&po, &mut s, &mut controller)?;
                     po.finalize(true)
                 })
             })
@@ -157,6 +221,10 @@ mod tests {
                     w.pull(&[(3, &o3), (7, &o7)])?;
                     let out = f32s(&[0.0; 4]);
                     w.push_pull(&[(3, &f32s(&[1.0; 4]), &out)])?;
+                    // with an updater (requests go to the serving thread)
+                    w.command(Command::Controller.head(), b"0.25")?;
+                    let upd = f32s(&[0.0; 4]);
+                    w.push_pull(&[(3, &f32s(&[1.0; 4]), &upd)])?;
                     po.barrier(0, WORKER_GROUP)?;
                     if r == 0 {
                         w.command(Command::StopServer.head(), b"")?;
@@ -165,6 +233,7 @@ mod tests {
                     let mut v = o3.to_f64_vec();
                     v.extend(o7.to_f64_vec());
                     v.extend(out.to_f64_vec());
+                    v.extend(upd.to_f64_vec());
                     Ok(v)
                 })
             })
@@ -172,6 +241,7 @@ mod tests {
         let mut want = vec![3.0; 4];
         want.extend((0..15).map(|i| 3.0 * i as f64));
         want.extend([2.0; 4]);
+        want.extend([1.5; 4]); // 2 - 0.25 * 2
         for w in workers {
             assert_eq!(w.join().unwrap().unwrap(), want);
         }
