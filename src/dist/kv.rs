@@ -153,6 +153,15 @@ pub fn read_u32s(b: &[u8]) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// A copy of `src` in a new buffer for a message. Large copies are split
+/// over threads (`kernels::copy_bytes`): the buffer's fresh pages are faulted
+/// in by both threads, which is most of the cost here.
+pub fn copy_to_vec(src: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; src.len()];
+    crate::ndarray::kernels::copy_bytes(src, &mut v);
+    v
+}
+
 pub fn u64_bytes(v: &[u64]) -> Bytes {
     Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }

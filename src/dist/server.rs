@@ -451,7 +451,7 @@ impl KvServer {
             let rows: Vec<i64> = (0..e.stored.shape().dims()[0]).collect();
             gather_rows(&e.stored, &rows)?
         } else {
-            e.stored.read().bytes().to_vec()
+            super::kv::copy_to_vec(e.stored.read().bytes())
         };
         let len = i32::try_from(vals.len()).map_err(|_| {
             Error::new(format!(

@@ -23,7 +23,9 @@
 #![forbid(unsafe_code)]
 
 use super::keys::{command_type, slice, Command, KeyEncoder, Pskv, RequestType};
-use super::kv::{i32_bytes, node_name, reply_error, server_id, u64_bytes, KvPairs, Transport};
+use super::kv::{
+    copy_to_vec, i32_bytes, node_name, reply_error, server_id, u64_bytes, KvPairs, Transport,
+};
 use super::message::{Bytes, Message};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ndarray::dtype::DType;
@@ -422,7 +424,7 @@ impl KvWorker {
         match value.stype() {
             StorageType::Default => {
                 let n = value.size();
-                let bytes = value.read().bytes().to_vec();
+                let bytes = copy_to_vec(value.read().bytes());
                 match compression {
                     None => {
                         let p = self.enc.lock().encode_default(key, n, dtype.size())?;
@@ -471,11 +473,11 @@ impl KvWorker {
                     // every row, so that each server's table is whole
                     let dense = NDArray::zeros(value.shape().clone(), dtype, Context::CPU0)?;
                     dense.copy_from(value)?;
-                    let b = dense.read().bytes().to_vec();
+                    let b = copy_to_vec(dense.read().bytes());
                     ((0..total).collect::<Vec<i64>>(), b)
                 } else {
                     let p = value.parts()?;
-                    let b = p.data.read().bytes().to_vec();
+                    let b = copy_to_vec(p.data.read().bytes());
                     (value.rsp_indices()?, b)
                 };
                 let p = self.enc.lock().encode_row_sparse(
