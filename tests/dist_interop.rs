@@ -186,14 +186,25 @@ fn dist_interop_real_scheduler_with_our_server_and_workers() {
 }
 
 /// Our scheduler, real servers and workers running a captured worker script.
-fn our_scheduler_real_nodes(script: &str, nw: usize, ns: usize, extra: &[(&'static str, &str)]) {
-    let Some(py) = python() else { return };
+/// Returns every real node's log.
+fn our_scheduler_real_nodes(
+    script: &str,
+    nw: usize,
+    ns: usize,
+    extra: &[(&'static str, &str)],
+) -> String {
+    let Some(py) = python() else {
+        return String::new();
+    };
     let py = py.to_str().unwrap().to_string();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/dist/workers");
     let mut c = Config::local(Role::Scheduler, 0, nw, ns, Duration::from_secs(60));
     for (k, v) in extra {
         if *k == "PS_HEARTBEAT_INTERVAL" {
             c.heartbeat_interval = Duration::from_secs(v.parse().unwrap());
+        }
+        if *k == "PS_RESEND" {
+            c.resend = *v != "0";
         }
     }
     let sched = scheduler::spawn(c).unwrap();
@@ -231,6 +242,7 @@ fn our_scheduler_real_nodes(script: &str, nw: usize, ns: usize, extra: &[(&'stat
         assert!(w.log().contains("OK"), "{report}");
         assert!(!w.log().contains("MISMATCH"), "{report}");
     }
+    report
 }
 
 #[test]
@@ -301,4 +313,24 @@ fn dist_interop_real_server_sigkilled() {
     let _ = po.finalize(false);
     drop(po);
     assert_ne!(server.wait(Duration::from_secs(5)), Some(0));
+}
+
+#[test]
+fn dist_interop_our_scheduler_real_cluster_resend() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // With PS_RESEND=1 real nodes acknowledge every message and resend what
+    // is not acknowledged (aborting after 10 tries): our scheduler answers
+    // with ACKs and drops the duplicates.
+    // (the script's 2.5 s sleep gives the resender time to act on anything
+    // unacknowledged; heartbeats are left off: with PS_RESEND they make real
+    // ps-lite abort at exit, `Check failed: ready_: call Start() first`,
+    // whoever the scheduler is)
+    let logs = our_scheduler_real_nodes(
+        "session_b_str_keys.py",
+        1,
+        2,
+        &[("PS_RESEND", "1"), ("PS_RESEND_TIMEOUT", "300")],
+    );
+    // no message to or from our scheduler went unacknowledged
+    assert!(!logs.contains("Resend"), "{logs}");
 }
