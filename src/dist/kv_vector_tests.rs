@@ -270,7 +270,33 @@ fn session_b_dist_device_sync_2_servers_1_worker_string_keys() {
 
 #[test]
 fn session_c_dist_sync_1x1_two_bit_compression() {
-    let (want, _) = captured("c");
+    two_bit_session("c");
+}
+
+/// Session F runs session C's script with ps-lite's resender on: the same
+/// KV traffic (plus ACKs, which are the van's business).
+#[test]
+fn session_f_as_c_with_the_resender() {
+    two_bit_session("f");
+}
+
+#[test]
+fn session_e_dist_sync_1x1_init_only() {
+    let (want, _) = captured("e");
+    let c = Cluster::start(Opts {
+        workers: 1,
+        servers: 1,
+        bound: 1_000_000,
+        ..Opts::default()
+    });
+    c.workers[0]
+        .init(&[(0, &arr(&[2], DType::F32, &[1.0; 2]))])
+        .unwrap();
+    compare("e", &want, &finish(c));
+}
+
+fn two_bit_session(session: &str) {
+    let (want, _) = captured(session);
     let c = Cluster::start(Opts {
         workers: 1,
         servers: 1,
@@ -294,7 +320,7 @@ fn session_c_dist_sync_1x1_two_bit_compression() {
         out.to_f64_vec(),
         vec![0.5, -0.5, 0.0, 0.0, 0.5, -0.5, 0.5, 0.0, 0.0, -0.5]
     );
-    compare("c", &want, &finish(c));
+    compare(session, &want, &finish(c));
 }
 
 #[test]
