@@ -352,7 +352,7 @@ impl KeyEncoder {
                 p.lens.push(0);
                 let end = start + split_point(total_rows, s, i + 1) - split_point(total_rows, s, i);
                 while next < rows.len() && (rows[next] as usize) < end {
-                    let off = key as i64 + (rows[next] - start as i64);
+                    let off = row_key(key, rows[next] - start as i64)?;
                     p.keys.push(ps_key_in(range, off, key)?);
                     p.lens.push(row_bytes);
                     next += 1;
@@ -365,13 +365,25 @@ impl KeyEncoder {
             p.keys.push(ps_key_in(range, key.into(), key)?);
             p.lens.push(0);
             for &r in rows {
-                p.keys.push(ps_key_in(range, key as i64 + r, key)?);
+                p.keys.push(ps_key_in(range, row_key(key, r)?, key)?);
                 p.lens.push(row_bytes);
             }
         }
         p.size = rows.len() * unit_len * num_bytes;
         Ok(p)
     }
+}
+
+/// The offset of row `row` of `key` in a server's range: the server reads it
+/// back as an `int` (`DecodeKey`), so it must stay below 2^31 (MXNet wraps).
+fn row_key(key: i32, row: i64) -> Result<i64> {
+    let off = i64::from(key) + row;
+    ensure!(
+        (0..=i64::from(i32::MAX)).contains(&off),
+        "key {key}: row {row} cannot be addressed: MXNet's server reads key + row as a 32-bit int (at most {})",
+        i32::MAX
+    );
+    Ok(off)
 }
 
 /// One server's part of a request (ps-lite's `DefaultSlicer`): the indices of
@@ -626,6 +638,12 @@ mod tests {
         let p = e.encode_row_sparse(1, &[1], 2, 6, 4).unwrap();
         assert_eq!(p.keys, vec![1, 2, b1 + 1]);
         assert_eq!(p.lens, vec![0, 8, 0]);
+        // key + row must fit the server's 32-bit int
+        let e = KeyEncoder::new(1, usize::MAX);
+        let big = i64::from(i32::MAX) - 5;
+        assert!(e.encode_row_sparse(5, &[big], 1, 1 << 40, 4).is_ok());
+        let err = e.encode_row_sparse(6, &[big], 1, 1 << 40, 4).unwrap_err();
+        assert!(err.message().contains("32-bit int"), "{err}");
     }
 
     #[test]
