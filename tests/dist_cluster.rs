@@ -177,7 +177,7 @@ fn dist_cluster_missing_scheduler_times_out() {
 #[test]
 fn dist_cluster_scheduler_names_who_did_not_register() {
     let _g = serial();
-    let t = Duration::from_millis(800);
+    let t = Duration::from_secs(2);
     let sched = scheduler::spawn(cfg(Role::Scheduler, 0, 2, 1, t)).unwrap();
     let port = sched.port();
     // one of two workers and the server come; the second worker never does
@@ -362,6 +362,7 @@ fn dist_cluster_more_sockets_than_one_zmq_context_allows() {
         send_timeout: Duration::from_millis(200),
         water_mark: None,
         verbose: 0,
+        local: false,
     })
     .unwrap();
     van.set_my_id(9);
@@ -437,5 +438,47 @@ fn dist_cluster_heartbeats_and_dead_node_count() {
         let dead_sched = usize::from(!heartbeats);
         assert_eq!(counts, (0, dead_sched, 0, 0, 0), "heartbeats {heartbeats}");
     }
+    assert_no_transport_threads();
+}
+
+#[test]
+fn dist_cluster_ipc_endpoints_with_dmlc_local() {
+    let _g = serial();
+    // DMLC_LOCAL=1: every node binds ipc:///tmp/<port> (ps-lite's local mode).
+    let t = Duration::from_secs(20);
+    let local = |role| {
+        let mut c = cfg(role, 0, 2, 1, t);
+        c.local = true;
+        c
+    };
+    let sched = scheduler::spawn(local(Role::Scheduler)).unwrap();
+    let port = sched.port();
+    assert!(std::path::Path::new(&format!("/tmp/{port}")).exists());
+    let mk = |role| {
+        let mut c = local(role);
+        c.root_port = port;
+        c
+    };
+    let server = spawn_node(mk(Role::Server), |po| po.finalize(true));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            spawn_node(mk(Role::Worker), |po| {
+                po.barrier(0, WORKER_GROUP).unwrap();
+                (po.my_id(), po.finalize(true))
+            })
+        })
+        .collect();
+    let mut ids: Vec<i32> = workers
+        .into_iter()
+        .map(|w| {
+            let (id, fin) = w.join().unwrap().unwrap();
+            fin.unwrap();
+            id
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec![9, 11]);
+    server.join().unwrap().unwrap().unwrap();
+    sched.join().unwrap();
     assert_no_transport_threads();
 }

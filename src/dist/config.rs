@@ -49,6 +49,8 @@ pub struct Config {
     pub water_mark: Option<i32>,
     /// `DMLC_USE_KUBERNETES` non-zero: the scheduler binds 0.0.0.0.
     pub use_kubernetes: bool,
+    /// `DMLC_LOCAL` non-zero: `ipc:///tmp/<port>` endpoints instead of TCP.
+    pub local: bool,
     /// `MXNET_KVSTORE_BIGARRAY_BOUND`, elements.
     pub bigarray_bound: usize,
     /// `MXKV_TIMEOUT_S`: the deadline of every wait.
@@ -182,6 +184,7 @@ impl Config {
                 .map(|v| parse("DMLC_PS_WATER_MARK", &v))
                 .transpose()?,
             use_kubernetes: flag("DMLC_USE_KUBERNETES")?,
+            local: flag("DMLC_LOCAL")?,
             bigarray_bound: get("MXNET_KVSTORE_BIGARRAY_BOUND")
                 .map(|v| parse("MXNET_KVSTORE_BIGARRAY_BOUND", &v))
                 .transpose()?
@@ -215,6 +218,7 @@ impl Config {
             resend_timeout: Duration::from_millis(1000),
             water_mark: None,
             use_kubernetes: false,
+            local: false,
             bigarray_bound: DEFAULT_BIGARRAY_BOUND,
             timeout,
         }
@@ -347,6 +351,8 @@ mod tests {
             ("DMLC_PS_WATER_MARK", "50"),
             ("MXNET_KVSTORE_BIGARRAY_BOUND", "10"),
             ("MXKV_TIMEOUT_S", "0.5"),
+            ("DMLC_LOCAL", "1"),
+            ("DMLC_USE_KUBERNETES", "1"),
         ]);
         let c = cfg(&v).unwrap();
         assert_eq!(c.host().unwrap(), "10.1.2.3");
@@ -358,6 +364,7 @@ mod tests {
         assert_eq!(c.resend_timeout, Duration::from_millis(300));
         assert_eq!((c.water_mark, c.bigarray_bound), (Some(50), 10));
         assert_eq!(c.timeout, Duration::from_millis(500));
+        assert!(c.local && c.use_kubernetes);
     }
 
     #[test]

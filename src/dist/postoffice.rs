@@ -189,6 +189,7 @@ impl Postoffice {
             send_timeout: config.timeout,
             water_mark: config.water_mark,
             verbose: config.verbose,
+            local: config.local,
         })?;
         let port = van.port();
         let my_node = Node {

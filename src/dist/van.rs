@@ -78,6 +78,57 @@ pub struct VanOptions {
     pub water_mark: Option<i32>,
     /// `PS_VERBOSE`: 2 logs every message.
     pub verbose: u32,
+    /// `DMLC_LOCAL`: `ipc:///tmp/<port>` endpoints instead of TCP.
+    pub local: bool,
+}
+
+/// Binds `tcp://<host>:<port>` (see [`VanOptions`]); the bound port.
+fn bind_tcp(router: &zmq::Socket, bind_host: &str, port: u16, exact: bool) -> Result<u16> {
+    let want = format!("tcp://{bind_host}:{port}");
+    let bound = if port == 0 {
+        router.bind(&format!("tcp://{bind_host}:*"))
+    } else {
+        router.bind(&want)
+    };
+    if let Err(e) = bound {
+        if exact || port == 0 {
+            return Err(Error::usage(format!("bind failed: {want}: {e}")));
+        }
+        router
+            .bind(&format!("tcp://{bind_host}:*"))
+            .map_err(|e| Error::usage(format!("bind failed: {want} and a free port: {e}")))?;
+    }
+    let ep = router
+        .get_last_endpoint()
+        .map_err(|e| zerr("ZMQ_LAST_ENDPOINT", e))?
+        .map_err(|_| Error::new("ZMQ_LAST_ENDPOINT is not text"))?;
+    ep.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| Error::new(format!("cannot read the bound port of {ep}")))
+}
+
+/// Binds `ipc:///tmp/<port>` as ps-lite does with `DMLC_LOCAL`; a port of 0
+/// (or, unless `exact`, one in use) is replaced by a free TCP port number.
+fn bind_ipc(router: &zmq::Socket, port: u16, exact: bool) -> Result<u16> {
+    let free = || -> Result<u16> {
+        let l = std::net::TcpListener::bind("0.0.0.0:0")
+            .map_err(|e| Error::usage(format!("bind failed: no free port: {e}")))?;
+        Ok(l.local_addr()
+            .map_err(|e| Error::new(e.to_string()))?
+            .port())
+    };
+    let mut port = if port == 0 { free()? } else { port };
+    for attempt in 0..40 {
+        match router.bind(&format!("ipc:///tmp/{port}")) {
+            Ok(()) => return Ok(port),
+            Err(e) if exact || attempt == 39 => {
+                return Err(Error::usage(format!("bind failed: ipc:///tmp/{port}: {e}")))
+            }
+            Err(_) => port = free()?,
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 pub type Handler = Box<dyn FnMut(&Van, Event) -> Flow + Send>;
@@ -134,6 +185,7 @@ pub struct Van {
     router: Arc<Mutex<Option<zmq::Socket>>>,
     port: u16,
     host: String,
+    local: bool,
 }
 
 fn zerr(what: &str, e: zmq::Error) -> Error {
@@ -154,29 +206,11 @@ impl Van {
             .socket(zmq::ROUTER)
             .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
         router.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
-        let want = format!("tcp://{bind_host}:{port}");
-        let bound = if port == 0 {
-            router.bind(&format!("tcp://{bind_host}:*"))
+        let port = if o.local {
+            bind_ipc(&router, port, exact)?
         } else {
-            router.bind(&want)
+            bind_tcp(&router, bind_host, port, exact)?
         };
-        if let Err(e) = bound {
-            if exact || port == 0 {
-                return Err(Error::usage(format!("bind failed: {want}: {e}")));
-            }
-            router
-                .bind(&format!("tcp://{bind_host}:*"))
-                .map_err(|e| Error::usage(format!("bind failed: {want} and a free port: {e}")))?;
-        }
-        let ep = router
-            .get_last_endpoint()
-            .map_err(|e| zerr("ZMQ_LAST_ENDPOINT", e))?
-            .map_err(|_| Error::new("ZMQ_LAST_ENDPOINT is not text"))?;
-        let port: u16 = ep
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| Error::new(format!("cannot read the bound port of {ep}")))?;
         Ok(Van {
             shared: Arc::new(Shared {
                 my_id: AtomicI32::new(EMPTY),
@@ -197,6 +231,7 @@ impl Van {
             router: Arc::new(Mutex::new(Some(router))),
             port,
             host: host.clone(),
+            local: o.local,
         })
     }
 
@@ -245,7 +280,11 @@ impl Van {
     /// to the same peer id). Its identity is `ps<my id>` when this node has
     /// an id, none otherwise. libzmq connects in the background.
     pub fn connect(&self, peer: i32, host: &str, port: i32) -> Result<()> {
-        let endpoint = format!("tcp://{host}:{port}");
+        let endpoint = if self.local {
+            format!("ipc:///tmp/{port}")
+        } else {
+            format!("tcp://{host}:{port}")
+        };
         let ctx = self.shared.contexts.lock().take(3);
         let sock = ctx
             .socket(zmq::DEALER)
