@@ -482,3 +482,40 @@ fn dist_cluster_ipc_endpoints_with_dmlc_local() {
     sched.join().unwrap();
     assert_no_transport_threads();
 }
+
+#[test]
+fn dist_cluster_silent_node_is_lost_by_heartbeat_timeout() {
+    let _g = serial();
+    // The scheduler expects heartbeats (interval 0.2 s, timeout 1 s); the
+    // worker, configured without, never sends one while its connection stays
+    // up: the scheduler declares it lost and the cluster fails instead of
+    // waiting.
+    let t = Duration::from_secs(20);
+    let hb = |mut c: Config| {
+        c.heartbeat_interval = Duration::from_millis(200);
+        c.heartbeat_timeout = Duration::from_secs(1);
+        c
+    };
+    let sched = scheduler::spawn(hb(cfg(Role::Scheduler, 0, 1, 1, t))).unwrap();
+    let port = sched.port();
+    let server = spawn_node(hb(cfg(Role::Server, port, 1, 1, t)), |po| po.finalize(true));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = spawn_node(cfg(Role::Worker, port, 1, 1, t), move |po| {
+        tx.send(po).unwrap();
+    });
+    worker.join().unwrap().unwrap();
+    let w: Arc<Postoffice> = rx.recv().unwrap();
+    let t0 = Instant::now();
+    let e = sched.join().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PeerLost, "{e}");
+    assert!(e.message().contains("worker 0 (id 9)"), "{e}");
+    assert!(e.message().contains("heartbeat"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // the others then lose the scheduler
+    let sv = server.join().unwrap().unwrap().unwrap_err();
+    assert_eq!(sv.kind(), ErrorKind::PeerLost, "{sv}");
+    let we = w.finalize(true).unwrap_err();
+    assert_eq!(we.kind(), ErrorKind::PeerLost, "{we}");
+    drop(w);
+    assert_no_transport_threads();
+}

@@ -494,10 +494,11 @@ impl Postoffice {
                 .collect();
             if !lost.is_empty() {
                 lost.sort_unstable();
-                let names: Vec<String> = lost.iter().map(|&id| peer_name(id)).collect();
+                let why: Vec<&str> = lost.iter().map(|id| st.lost[id].message()).collect();
                 return Err(Error::peer_lost(format!(
-                    "barrier on group {group} cannot complete: lost {}",
-                    names.join(", ")
+                    "barrier on group {group} ({}) cannot complete: {}",
+                    group_name(group),
+                    why.join("; ")
                 )));
             }
             let timed_out = match deadline {

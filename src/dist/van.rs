@@ -291,6 +291,14 @@ impl Van {
             .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
         let my_id = self.my_id();
         sock.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
+        // A peer host that vanishes without closing its connections is
+        // noticed by TCP keepalive (30 s idle, then 3 probes 10 s apart):
+        // the connection breaks and the monitor reports it.
+        sock.set_tcp_keepalive(1)
+            .and_then(|_| sock.set_tcp_keepalive_idle(30))
+            .and_then(|_| sock.set_tcp_keepalive_intvl(10))
+            .and_then(|_| sock.set_tcp_keepalive_cnt(3))
+            .map_err(|e| zerr("ZMQ_TCP_KEEPALIVE", e))?;
         let ms = i32::try_from(self.shared.send_timeout.as_millis()).unwrap_or(i32::MAX);
         sock.set_sndtimeo(ms.max(1))
             .map_err(|e| zerr("ZMQ_SNDTIMEO", e))?;
