@@ -519,3 +519,101 @@ fn dist_cluster_silent_node_is_lost_by_heartbeat_timeout() {
     drop(w);
     assert_no_transport_threads();
 }
+
+/// Answers every request at once, from the receive thread.
+struct Echo(Arc<Postoffice>);
+
+impl Customer for Echo {
+    fn on_message(&self, msg: Message) {
+        let reply = Message {
+            head: msg.head,
+            request: false,
+            app_id: msg.app_id,
+            customer_id: msg.customer_id,
+            timestamp: msg.timestamp,
+            recver: msg.sender,
+            data: msg.data,
+            ..Message::default()
+        };
+        self.0.send(reply).unwrap();
+    }
+}
+
+/// Hands replies to the waiting thread.
+struct Inbox(std::sync::mpsc::Sender<Message>);
+
+impl Customer for Inbox {
+    fn on_message(&self, msg: Message) {
+        let _ = self.0.send(msg);
+    }
+}
+
+#[test]
+fn dist_cluster_round_trip_latency_and_large_parts() {
+    let _g = serial();
+    // Messages are handled as they arrive, not on the receive thread's tick:
+    // a small request/reply between two nodes takes microseconds, and a
+    // 64 MB part arrives whole.
+    let t = Duration::from_secs(20);
+    let sched = scheduler::spawn(cfg(Role::Scheduler, 0, 1, 1, t)).unwrap();
+    let port = sched.port();
+    let (stx, srx) = std::sync::mpsc::channel();
+    let server = spawn_node(cfg(Role::Server, port, 1, 1, t), move |po| {
+        po.register_customer(0, 0, Arc::new(Echo(po.clone())));
+        stx.send(()).unwrap();
+        po.finalize(true)
+    });
+    let w = Postoffice::start(cfg(Role::Worker, port, 1, 1, t)).unwrap();
+    srx.recv().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    w.register_customer(0, 0, Arc::new(Inbox(tx)));
+    let request = |ts: i32, data: Vec<Bytes>| Message {
+        head: 0,
+        request: true,
+        push: true,
+        app_id: 0,
+        customer_id: 0,
+        timestamp: ts,
+        recver: 8,
+        data,
+        ..Message::default()
+    };
+    let mut times = Vec::new();
+    for ts in 0..2000 {
+        let t0 = Instant::now();
+        w.send(request(
+            ts,
+            vec![Bytes::from(vec![0u8; 8]), Bytes::from(vec![1u8; 4])],
+        ))
+        .unwrap();
+        let r = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        times.push(t0.elapsed());
+        assert_eq!((r.timestamp, r.sender, r.request), (ts, 8, false));
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    eprintln!(
+        "round trip: median {median:?}, p90 {:?}",
+        times[times.len() * 9 / 10]
+    );
+    assert!(median < Duration::from_millis(5), "median {median:?}");
+    let big: Vec<u8> = (0..64 << 20).map(|i| (i % 251) as u8).collect();
+    let t0 = Instant::now();
+    w.send(request(
+        5000,
+        vec![Bytes::from(vec![0u8; 8]), Bytes::from(big)],
+    ))
+    .unwrap();
+    let r = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    eprintln!("64 MB there and back: {:?}", t0.elapsed());
+    assert_eq!(r.data[1].len(), 64 << 20);
+    assert!(r.data[1]
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b == (i % 251) as u8));
+    w.finalize(true).unwrap();
+    server.join().unwrap().unwrap().unwrap();
+    sched.join().unwrap();
+    drop(w);
+    assert_no_transport_threads();
+}
