@@ -426,16 +426,14 @@ impl Postoffice {
             Command::Terminate | Command::Ack => EMPTY,
             _ => self.next_van_ts(),
         };
-        let msg = Message {
-            control: Some(control),
+        self.send(control_message(
+            to,
+            control,
             request,
             app_id,
-            timestamp,
             customer_id,
-            recver: to,
-            ..Message::default()
-        };
-        self.send(msg)
+            timestamp,
+        ))
     }
 
     /// Waits until every member of `group` called a barrier on it (ps-lite
@@ -602,14 +600,18 @@ impl Postoffice {
             st.stopped = true;
             st.finishing = true;
         }
-        if self.van.is_connected(self.my_id()) {
-            let _ = self.send_control(
-                self.my_id(),
-                Control::new(Command::Terminate),
-                false,
-                EMPTY,
-                0,
-            );
+        // TERMINATE to itself wakes the receive thread at once (ps-lite's
+        // way); if it cannot go out now, the thread sees the stop flag
+        // within a tick.
+        let me = self.my_id();
+        if self.van.is_connected(me) {
+            let _ = self.van.try_send(Message {
+                control: Some(Control::new(Command::Terminate)),
+                customer_id: 0,
+                sender: me,
+                recver: me,
+                ..Message::default()
+            });
         }
         self.van.stop(STOP_DEADLINE);
         self.cond.notify_all();
@@ -905,6 +907,27 @@ pub fn group_name(group: i32) -> &'static str {
         6 => "workers and servers",
         7 => "all nodes",
         _ => "a node",
+    }
+}
+
+/// A control message as ps-lite's van sends it: head unset, the given
+/// request flag, app id, customer id and timestamp (`EMPTY` = not written).
+pub fn control_message(
+    to: i32,
+    control: Control,
+    request: bool,
+    app_id: i32,
+    customer_id: i32,
+    timestamp: i32,
+) -> Message {
+    Message {
+        control: Some(control),
+        request,
+        app_id,
+        timestamp,
+        customer_id,
+        recver: to,
+        ..Message::default()
     }
 }
 

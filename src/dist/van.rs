@@ -354,6 +354,16 @@ impl Van {
     /// bytes sent. Data parts that are uniquely owned, Vec-backed `Bytes`
     /// go out without a copy.
     pub fn send(&self, msg: Message) -> Result<usize> {
+        self.send_with(msg, false)
+    }
+
+    /// As [`Van::send`], but gives up at once (error) where `send` would wait
+    /// for room in the queue or for another sender on the same socket.
+    pub fn try_send(&self, msg: Message) -> Result<usize> {
+        self.send_with(msg, true)
+    }
+
+    fn send_with(&self, msg: Message, nowait: bool) -> Result<usize> {
         let peer = msg.recver;
         let sender = self.shared.senders.lock().get(&peer).cloned();
         let Some(sender) = sender else {
@@ -369,8 +379,16 @@ impl Van {
         }
         let mut bytes = meta.len();
         let nparts = msg.data.len();
-        let sock = sender.sock.lock();
-        let flags = if nparts > 0 { zmq::SNDMORE } else { 0 };
+        let sock = if nowait {
+            sender
+                .sock
+                .try_lock_for(Duration::from_millis(100))
+                .ok_or_else(|| Error::timeout(format!("the socket to node {peer} is busy")))?
+        } else {
+            sender.sock.lock()
+        };
+        let flags =
+            if nparts > 0 { zmq::SNDMORE } else { 0 } | if nowait { zmq::DONTWAIT } else { 0 };
         let timeout = |e: zmq::Error| {
             if e == zmq::Error::EAGAIN {
                 Error::timeout(format!(
