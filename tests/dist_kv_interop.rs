@@ -232,3 +232,197 @@ fn the_test_controller_reads_only_plain_sgd() {
     assert!(sgd_lr(with_momentum.as_bytes()).is_err());
     assert!(sgd_lr(b"cos\nsystem\n").is_err());
 }
+
+/// A port that was free a moment ago (the real scheduler binds exactly it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts a real MXNet 1.9.1 node (`import mxnet` with `DMLC_ROLE`).
+fn real_node(role: &str, port: u16, workers: usize, servers: usize) -> std::process::Child {
+    Command::new(python())
+        .args(["-c", "import mxnet"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::var("HOME").unwrap_or_default())
+        .env("DMLC_ROLE", role)
+        .env("DMLC_PS_ROOT_URI", "127.0.0.1")
+        .env("DMLC_PS_ROOT_PORT", port.to_string())
+        .env("DMLC_NUM_WORKER", workers.to_string())
+        .env("DMLC_NUM_SERVER", servers.to_string())
+        .env("DMLC_NODE_HOST", "127.0.0.1")
+        .env("OMP_NUM_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python")
+}
+
+/// Waits for `child` until `deadline` (then kills it by its pid); its
+/// success and output.
+fn finish_child(mut child: std::process::Child, deadline: Instant) -> (bool, String) {
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Our workers against a real MXNet scheduler and real MXNet servers: sync
+/// sums without an updater (what a real server computes deterministically),
+/// dense float32/64/16 keys, a key split over both servers, 2-bit compressed
+/// pushes, several rounds. The float64 values are exact in float32: a real
+/// MXNet 1.9.1 server (the pip wheel) hands float64 values back rounded to
+/// float32 (an init of 0.1 pulls back 0.10000000149011612), which our server
+/// does not.
+#[test]
+fn our_workers_with_real_mxnet_scheduler_and_servers() {
+    use mxkv::dist::keys::Command as Cmd;
+    use mxkv::dist::kv_node::worker_on;
+    use mxkv::dist::postoffice::WORKER_GROUP;
+    use mxkv::ndarray::{Context, Shape};
+    use mxkv::store::compression::CompressionParams;
+
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (workers, servers) = (2usize, 2usize);
+    let port = free_port();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sched = real_node("scheduler", port, workers, servers);
+    let srv: Vec<_> = (0..servers)
+        .map(|_| real_node("server", port, workers, servers))
+        .collect();
+    let arr = |v: &[f64], dt: DType| {
+        let a = NDArray::from_bytes(
+            Shape(vec![v.len() as i64]),
+            DType::F64,
+            Context::CPU0,
+            bytemuck::cast_slice(v),
+        )
+        .unwrap();
+        let b = NDArray::zeros(Shape(vec![v.len() as i64]), dt, Context::CPU0).unwrap();
+        b.copy_from(&a).unwrap();
+        b
+    };
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            std::thread::spawn(move || -> Result<()> {
+                let mut c = Config::local(
+                    Role::Worker,
+                    port,
+                    workers,
+                    servers,
+                    Duration::from_secs(30),
+                );
+                c.bigarray_bound = 10;
+                let po = Postoffice::start(c)?;
+                let w = worker_on(&po, 0);
+                let r = po.my_rank();
+                if r == 0 {
+                    w.command(Cmd::SyncMode.head(), b"")?;
+                    let params = CompressionParams::parse(&[(b"type".to_vec(), b"2bit".to_vec())])?;
+                    w.command(
+                        Cmd::SetGradientCompression.head(),
+                        params.encode().as_bytes(),
+                    )?;
+                }
+                po.barrier(0, WORKER_GROUP)?;
+                if r == 0 {
+                    w.init(&[
+                        (3, &arr(&[1.0; 6], DType::F32)),
+                        (5, &arr(&[1.0, 2.0], DType::F64)),
+                        (11, &arr(&[10.0, 20.0], DType::F16)),
+                    ])?;
+                }
+                po.barrier(0, WORKER_GROUP)?;
+                for round in 1..=3 {
+                    let m = ((r + 1) * round) as f64;
+                    w.push(&[
+                        (3, &arr(&[m; 6], DType::F32)),
+                        (5, &arr(&[0.25 * m, 1024.5 * m], DType::F64)),
+                        (11, &arr(&[0.1 * m, 1000.0 * m], DType::F16)),
+                    ])?;
+                    w.wait_all()?;
+                    po.barrier(0, WORKER_GROUP)?;
+                    let (o3, o5, o11) = (
+                        arr(&[0.0; 6], DType::F32),
+                        arr(&[0.0; 2], DType::F64),
+                        arr(&[0.0; 2], DType::F16),
+                    );
+                    w.pull(&[(3, &o3), (5, &o5), (11, &o11)])?;
+                    let rd = round as f64;
+                    assert_eq!(o3.to_f64_vec(), vec![3.0 * rd; 6]);
+                    assert_eq!(o5.read().typed::<f64>(), &[0.75 * rd, 1024.5 * 3.0 * rd]);
+                    let h = |x: f64| half::f16::from_f64(x);
+                    let hs =
+                        |x: f64| half::f16::from_f32(h(x * rd).to_f32() + h(x * 2.0 * rd).to_f32());
+                    assert_eq!(o11.read().typed::<half::f16>(), &[hs(0.1), hs(1000.0)]);
+                    po.barrier(0, WORKER_GROUP)?;
+                }
+                // 2-bit: key 7, 100 values, split over both servers (bound 10)
+                w.set_compression(Some(CompressionParams::parse(&[(
+                    b"type".to_vec(),
+                    b"2bit".to_vec(),
+                )])?));
+                if r == 0 {
+                    w.init(&[(7, &arr(&[0.0; 100], DType::F32))])?;
+                }
+                po.barrier(0, WORKER_GROUP)?;
+                let g: Vec<f64> = (0..100)
+                    .map(|i| [0.7, -0.7, 0.2, 0.5, -2.0][i % 5])
+                    .collect();
+                w.push(&[(7, &arr(&g, DType::F32))])?;
+                w.wait_all()?;
+                po.barrier(0, WORKER_GROUP)?;
+                let o7 = arr(&[0.0; 100], DType::F32);
+                w.pull(&[(7, &o7)])?;
+                let q = [0.5, -0.5, 0.0, 0.5, -0.5];
+                // no updater: the stored value becomes the sum of both workers' pushes
+                assert_eq!(
+                    o7.to_f64_vec(),
+                    (0..100).map(|i| 2.0 * q[i % 5]).collect::<Vec<_>>()
+                );
+                po.barrier(0, WORKER_GROUP)?;
+                if r == 0 {
+                    w.command(Cmd::StopServer.head(), b"")?;
+                }
+                po.finalize(true)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+    let mut logs = Vec::new();
+    for c in srv.into_iter().chain([sched]) {
+        logs.push(finish_child(c, deadline));
+    }
+    let failures: Vec<String> = results
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("worker thread {i}: {e}")),
+            Err(p) => Some(format!(
+                "worker thread {i} panicked: {}",
+                p.downcast_ref::<String>().cloned().unwrap_or_default()
+            )),
+        })
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}\nreal nodes: {logs:?}");
+    for (ok, log) in &logs {
+        assert!(ok, "a real MXNet node failed:\n{log}");
+    }
+}

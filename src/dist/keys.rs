@@ -304,6 +304,12 @@ impl KeyEncoder {
             let (mut sum_c, mut sum_o) = (0usize, 0usize);
             for i in 0..s {
                 let (part_c, part_o) = if i == s - 1 {
+                    // MXNet computes this in size_t and fails its range
+                    // check when the whole words given out exceed the values
+                    ensure!(
+                        sum_o <= num_elems,
+                        "key {key}: {num_elems} compressed values cannot be split over {s} servers the way MXNet splits them ({sum_o} values in whole {factor}-value words before the last server; MXNet's worker fails here): raise MXNET_KVSTORE_BIGARRAY_BOUND above {num_elems} or use a larger array"
+                    );
                     (compr - sum_c, num_elems - sum_o)
                 } else {
                     let c = split_point(compr, s, i + 1) - split_point(compr, s, i);
@@ -618,6 +624,14 @@ mod tests {
         assert!(e.encode_compressed(5, 101, true, 4, 16).is_ok());
         assert!(e.encode_compressed(5, 120, true, 4, 16).is_err());
         assert!(e.encode_compressed(5, 101, false, 4, 16).is_err());
+        // 15 values over 2 servers: the first gets a whole word (16 values),
+        // more than there are (MXNet's size_t arithmetic wraps and fails)
+        let mut e = KeyEncoder::new(2, 10);
+        let err = e.encode_compressed(7, 15, true, 4, 16).unwrap_err();
+        assert!(
+            err.message().contains("cannot be split over 2 servers"),
+            "{err}"
+        );
     }
 
     #[test]
