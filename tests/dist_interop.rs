@@ -339,3 +339,32 @@ fn dist_interop_our_scheduler_real_cluster_resend() {
         .collect();
     assert!(to_scheduler.is_empty(), "{logs}");
 }
+
+#[test]
+fn dist_interop_real_server_ignores_our_lost_notice() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(py) = python() else { return };
+    let py = py.to_str().unwrap().to_string();
+    // Our scheduler tells the surviving nodes when one is lost (a HEARTBEAT
+    // with a body): a real node must take it and stay up (here: our worker
+    // dies, the real server is told).
+    let t = Duration::from_secs(60);
+    let sched = scheduler::spawn(Config::local(Role::Scheduler, 0, 1, 1, t)).unwrap();
+    let port = sched.port();
+    let mut env = cluster_env("server", port, 1, 1);
+    env.push(("PS_VERBOSE", "2".into())); // logs every message it receives
+    let mut server = Proc::spawn("server", 90, &[&py, "-c", "import mxnet"], &env);
+    let po = Postoffice::start(Config::local(Role::Worker, port, 1, 1, t))
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
+    po.stop();
+    drop(po);
+    let e = sched.join().unwrap_err();
+    assert!(e.message().contains("worker 0 (id 9)"), "{e}");
+    // still running (it waits forever for its peers, as real ps-lite does)
+    assert_eq!(
+        server.wait(Duration::from_millis(500)),
+        None,
+        "{}",
+        server.log()
+    );
+}

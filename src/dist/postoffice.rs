@@ -702,6 +702,9 @@ impl Postoffice {
                     super::scheduler::on_heartbeat(self, msg);
                 } else {
                     self.state.lock().heartbeats.insert(1, Instant::now());
+                    if msg.sender == 1 && !msg.body.is_empty() {
+                        self.on_lost_notice(&msg);
+                    }
                 }
                 Flow::Continue
             }
@@ -713,6 +716,64 @@ impl Postoffice {
                 ));
                 Flow::Continue
             }
+        }
+    }
+
+    /// The scheduler tells every other node that `lost` is gone (a node does
+    /// not see the nodes of its own role), so that their waits fail naming
+    /// it: a HEARTBEAT without nodes whose body is `"<id> <reason>"`. A real
+    /// ps-lite node takes it as a heartbeat answer that lists nobody and
+    /// goes on. (A control command ps-lite does not know would make it crash:
+    /// its "Drop unknown typed message" log line indexes its command-name
+    /// table with the command.)
+    fn send_lost_notices(&self, lost: i32, err: &Error) {
+        let others: Vec<i32> = {
+            let st = self.state.lock();
+            self.group_members(WORKER_GROUP | SERVER_GROUP)
+                .into_iter()
+                .filter(|id| *id != lost && !st.lost.contains_key(id))
+                .collect()
+        };
+        for id in others {
+            let msg = Message {
+                body: format!("{lost} {}", err.message()).into_bytes(),
+                ..control_message(
+                    id,
+                    Control::new(Command::Heartbeat),
+                    false,
+                    EMPTY,
+                    EMPTY,
+                    self.next_van_ts(),
+                )
+            };
+            let _ = self.van.try_send(Message { sender: 1, ..msg });
+        }
+    }
+
+    fn on_lost_notice(&self, msg: &Message) {
+        let text = String::from_utf8_lossy(&msg.body);
+        let Some((id, why)) = text
+            .split_once(' ')
+            .and_then(|(id, why)| Some((id.parse::<i32>().ok()?, why.to_string())))
+        else {
+            return;
+        };
+        if id == self.my_id() {
+            return;
+        }
+        let e = Error::peer_lost(format!("the scheduler reports: {why}"));
+        {
+            let mut st = self.state.lock();
+            if st.finishing || st.lost.contains_key(&id) {
+                return;
+            }
+            eprintln!("[mxkv] {} rank {}: {e}", self.role(), self.my_rank());
+            st.lost.insert(id, e.clone());
+        }
+        self.cond.notify_all();
+        let customers: Vec<Arc<dyn Customer>> = self.customers.lock().values().cloned().collect();
+        for c in &customers {
+            c.on_peer_lost(id, &e);
         }
     }
 
@@ -875,6 +936,9 @@ impl Postoffice {
             for (id, e) in &newly_lost {
                 for c in &customers {
                     c.on_peer_lost(*id, e);
+                }
+                if self.role() == Role::Scheduler {
+                    self.send_lost_notices(*id, e);
                 }
             }
         }

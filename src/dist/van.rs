@@ -35,6 +35,9 @@ pub const TICK: Duration = Duration::from_millis(50);
 /// Sockets opened in one ZeroMQ context before the van opens another.
 pub const SOCKETS_PER_CONTEXT: usize = 900;
 
+/// `ZMQ_LINGER` given to the DEALERs when the van stops (0 before).
+const FLUSH_ON_STOP_MS: i32 = 200;
+
 const EVENT_DISCONNECTED: u16 = 0x0200;
 const EVENT_MONITOR_STOPPED: u16 = 0x0400;
 
@@ -443,6 +446,11 @@ impl Van {
                     deadline.as_secs_f64()
                 );
             }
+        }
+        // Messages already queued (a barrier release, a lost-peer notice) get
+        // a moment to leave; a dead peer's queue is dropped after it.
+        for s in self.shared.senders.lock().values() {
+            let _ = s.sock.lock().set_linger(FLUSH_ON_STOP_MS);
         }
         self.shared.senders.lock().clear();
         self.router.lock().take();
