@@ -14,6 +14,14 @@
 //!   every queued request is answered, pulls with the new value.
 //! * Async mode (the default): every push runs the updater at once.
 //! * Pulls are answered at once from the stored value.
+//! * float16 and float64 keys are kept, summed and updated in float32 (a
+//!   float32 master copy, cast back into the key's dtype after each update),
+//!   as MXNet 1.9.1's pip wheel does from the start: its server reads an
+//!   uninitialised `multi_precision_` member, which is set in practice. Probes
+//!   against real MXNet 1.9.1 servers: an init of float64 0.1 pulls back
+//!   0.10000000149011612; three float16 pushes of 1024, 0.375 and 0.375 give
+//!   1025 in every arrival order (float16 steps would give 1024 unless 1024
+//!   came last). `kSetMultiPrecision` is therefore a no-op here.
 //! * row_sparse pushes are summed row-wise, 2-bit (and 1-bit) compressed
 //!   pushes are dequantized first; `kSetMultiPrecision` keeps float32 master
 //!   copies of other float keys and updates those.
@@ -138,7 +146,10 @@ struct Entry {
 impl Entry {
     fn new(stored: NDArray, multi_precision: bool) -> Result<Entry> {
         let realt = if multi_precision && stored.dtype() != DType::F32 {
-            Some(f32_copy(&stored)?)
+            // the value goes through the master copy, as in MXNet
+            let realt = f32_copy(&stored)?;
+            stored.copy_from(&realt)?;
+            Some(realt)
         } else {
             None
         };
@@ -266,7 +277,9 @@ impl KvServer {
             cfg,
             range: server_range(cfg.rank, cfg.num_servers),
             sync_mode: false,
-            multi_precision: false,
+            // MXNet 1.9.1 never initialises `multi_precision_`; the pip wheel's
+            // servers behave as if it were set (see the module docs).
+            multi_precision: true,
             compression: None,
             store: HashMap::new(),
             updater: UpdaterSlot::default(),
@@ -1166,6 +1179,27 @@ mod tests {
         let got: Vec<f16> = bytemuck::pod_collect_to_vec(&r.last().unwrap().data[1]);
         // f32 master: 1 - 1/3 and 2 - 1/3, then rounded to half once
         assert_eq!(got, vec![h(1.0 - 1.0 / 3.0), h(2.0 - 1.0 / 3.0)]);
+    }
+
+    #[test]
+    fn float64_values_are_kept_in_float32_as_mxnet_1_9_1_keeps_them() {
+        let (mut s, out) = (server(1, true), Rec::default());
+        let f64_cmd = command_type(RequestType::Default, 1);
+        let b = 0.1f64.to_le_bytes();
+        handle(
+            &mut s,
+            &out,
+            req(0, 0, f64_cmd, true, false, &[2], &b, &[8]),
+        );
+        handle(
+            &mut s,
+            &out,
+            req(0, 1, f64_cmd, false, true, &[2], &[], &[]),
+        );
+        let r = out.take();
+        let got = f64::from_le_bytes(r[1].data[1][..].try_into().unwrap());
+        // what a real MXNet 1.9.1 server answers
+        assert_eq!(got, 0.10000000149011612);
     }
 
     #[test]
