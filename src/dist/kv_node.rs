@@ -85,8 +85,11 @@ impl Customer for ServerInbox {
         let _ = self.tx.lock().send(ServerEvent::Message(msg));
     }
 
-    fn on_peer_lost(&self, _peer: i32, err: &Error) {
-        let _ = self.tx.lock().send(ServerEvent::PeerLost(err.clone()));
+    fn on_peer_lost(&self, peer: i32, err: &Error) {
+        let _ = self
+            .tx
+            .lock()
+            .send(ServerEvent::PeerLost(peer, err.clone()));
     }
 }
 
@@ -130,7 +133,7 @@ pub fn serve(
                     break Ok(());
                 }
             }
-            Ok(ServerEvent::PeerLost(e)) => shared.lock().on_peer_lost(&e, &out),
+            Ok(ServerEvent::PeerLost(id, e)) => shared.lock().on_peer_lost(id, &e, &out),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 break Err(Error::peer_lost(format!(

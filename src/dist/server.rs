@@ -124,8 +124,8 @@ pub enum Flow {
 #[derive(Debug)]
 pub enum ServerEvent {
     Message(Message),
-    /// A peer went away (its error names it): rounds that need it fail.
-    PeerLost(Error),
+    /// Peer `id` went away (the error names it): rounds that need it fail.
+    PeerLost(i32, Error),
 }
 
 /// One stored key.
@@ -806,10 +806,13 @@ impl KvServer {
         }
     }
 
-    /// A peer was lost: in sync mode no round can complete any more, so the
-    /// running ones fail now and later pushes are refused at once.
-    pub fn on_peer_lost(&mut self, err: &Error, out: &dyn Transport) {
-        if self.sync_mode {
+    /// Peer `id` was lost. A lost worker means, in sync mode, that no round
+    /// can complete any more: the running ones fail now and later pushes
+    /// are refused at once. Other peers (the scheduler) do not stop the KV
+    /// traffic (ps-lite's servers serve without a scheduler too).
+    pub fn on_peer_lost(&mut self, id: i32, err: &Error, out: &dyn Transport) {
+        let is_worker = id >= 9 && id % 2 == 1;
+        if self.sync_mode && is_worker {
             self.fail_pending(err, out);
             self.lost = Some(err.clone());
         }
@@ -878,7 +881,7 @@ impl KvServer {
                         return Ok(());
                     }
                 }
-                Ok(ServerEvent::PeerLost(e)) => self.on_peer_lost(&e, out),
+                Ok(ServerEvent::PeerLost(id, e)) => self.on_peer_lost(id, &e, out),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                     let err = Error::peer_lost(format!(
@@ -1301,6 +1304,34 @@ mod tests {
         // the server still serves
         handle(&mut s, &out, req(0, 11, 0, false, true, &[1], &[], &[]));
         assert_eq!(f32s(&out.take()[0]), vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn a_lost_worker_fails_sync_rounds_a_lost_scheduler_does_not() {
+        let (mut s, out) = (server(2, true), Rec::default());
+        handle(&mut s, &out, push_f32(0, 0, 4, &[1.0], false));
+        handle(&mut s, &out, push_f32(0, 1, 4, &[1.0], false));
+        out.take();
+        s.on_peer_lost(1, &Error::peer_lost("the scheduler (id 1) is gone"), &out);
+        assert!(out.take().is_empty(), "the round still waits for worker 1");
+        s.on_peer_lost(11, &Error::peer_lost("worker 1 (id 11) is gone"), &out);
+        let r = out.take();
+        assert_eq!(r.len(), 1);
+        let e = reply_error(&r[0]).unwrap();
+        assert_eq!(
+            (e.kind(), e.message()),
+            (ErrorKind::PeerLost, "worker 1 (id 11) is gone")
+        );
+        // later pushes fail at once, pulls are served
+        handle(&mut s, &out, push_f32(0, 2, 4, &[1.0], false));
+        let e = reply_error(&out.take()[0]).unwrap();
+        assert!(
+            e.message()
+                .contains("cannot complete: worker 1 (id 11) is gone"),
+            "{e}"
+        );
+        handle(&mut s, &out, req(0, 3, 0, false, true, &[4], &[], &[]));
+        assert_eq!(f32s(&out.take()[0]), vec![1.0]);
     }
 
     #[test]
