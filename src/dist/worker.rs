@@ -270,7 +270,11 @@ impl KvWorker {
 
     /// Waits until request `ts` completed and returns it.
     fn wait(&self, ts: i32) -> Result<Req> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        self.wait_until(ts, Instant::now() + self.cfg.timeout)
+    }
+
+    /// [`Self::wait`] with a deadline shared by several requests of one call.
+    fn wait_until(&self, ts: i32, deadline: Instant) -> Result<Req> {
         let mut st = self.st.lock();
         loop {
             match st.reqs.get(&ts) {
@@ -300,7 +304,10 @@ impl KvWorker {
     /// Waits until the latest push of `key` completed; returns (and clears)
     /// its error.
     fn wait_push(&self, key: i32) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        self.wait_push_until(key, Instant::now() + self.cfg.timeout)
+    }
+
+    fn wait_push_until(&self, key: i32, deadline: Instant) -> Result<()> {
         let mut st = self.st.lock();
         if let Some(&ts) = st.last_push.get(&key) {
             while st.reqs.contains_key(&ts) {
@@ -332,9 +339,11 @@ impl KvWorker {
             k.dedup();
             k
         };
+        // one deadline for all of them
+        let deadline = Instant::now() + self.cfg.timeout;
         let mut first = None;
         for k in keys {
-            if let Err(e) = self.wait_push(k) {
+            if let Err(e) = self.wait_push_until(k, deadline) {
                 first.get_or_insert(e);
             }
         }
@@ -519,9 +528,10 @@ impl KvWorker {
             let ts = self.issue(format!("init of key {key}"), None, msgs)?;
             sent.push(ts);
         }
+        let deadline = Instant::now() + self.cfg.timeout;
         let mut first = None;
         for ts in sent {
-            if let Err(e) = self.wait(ts) {
+            if let Err(e) = self.wait_until(ts, deadline) {
                 first.get_or_insert(e);
             }
         }
@@ -654,10 +664,11 @@ impl KvWorker {
     /// Waits for pulls and writes their values (all are waited for; the
     /// first error is returned).
     fn finish_pulls(&self, sent: Vec<(i32, i32, Pskv, Dest<'_>)>) -> Result<()> {
+        let deadline = Instant::now() + self.cfg.timeout;
         let mut first = None;
         for (ts, key, pskv, dest) in sent {
             let r = self
-                .wait(ts)
+                .wait_until(ts, deadline)
                 .and_then(|req| assemble(key, &pskv, req.replies, dest));
             if let Err(e) = r {
                 first.get_or_insert(e);
