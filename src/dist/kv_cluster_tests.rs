@@ -675,3 +675,39 @@ fn a_lost_server_fails_pending_and_later_requests() {
     c.workers[1].wait_all().unwrap();
     c.stop_via(1);
 }
+
+/// A transport whose messages are never answered.
+struct Void;
+
+impl Transport for Void {
+    fn send(&self, _msg: Message) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_call_on_several_keys_has_one_deadline() {
+    let timeout = Duration::from_millis(400);
+    let w = KvWorker::new(
+        WorkerConfig {
+            rank: 0,
+            customer_id: 0,
+            num_servers: 2,
+            bigarray_bound: 1000,
+            timeout,
+        },
+        Arc::new(Void),
+    );
+    let outs: Vec<NDArray> = (0..3).map(|_| zeros(&[2], DType::F32)).collect();
+    let items: Vec<(i32, &NDArray)> = outs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| (k as i32, o))
+        .collect();
+    let t = std::time::Instant::now();
+    let e = w.pull(&items).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    // one deadline, not one per key (which would take 3 x 400 ms)
+    assert!(t.elapsed() < timeout * 2, "{:?}", t.elapsed());
+    assert!(t.elapsed() >= timeout);
+}
