@@ -331,13 +331,16 @@ fn dist_interop_our_scheduler_real_cluster_resend() {
         2,
         &[("PS_RESEND", "1"), ("PS_RESEND_TIMEOUT", "1000")],
     );
-    // No message to our scheduler (id 1) was resent. (Real workers and
-    // servers may resend to each other when a loaded machine delays an ACK.)
-    let to_scheduler: Vec<&str> = logs
+    // No message to our scheduler (id 1) went unacknowledged: without ACKs
+    // the first barrier request is resent again and again during the
+    // script's sleep (retry=1, 2, …). A loaded machine can delay a real
+    // node's handling of an ACK past the 1 s timeout once (real workers and
+    // servers then resend to each other too), so one retry is tolerated.
+    let repeated: Vec<&str> = logs
         .lines()
-        .filter(|l| l.contains("Resend") && l.contains("=> 1."))
+        .filter(|l| l.contains("=> 1.") && !l.contains("Resend (retry=1)") && l.contains("Resend"))
         .collect();
-    assert!(to_scheduler.is_empty(), "{logs}");
+    assert!(repeated.is_empty(), "{logs}");
 }
 
 #[test]
