@@ -14,9 +14,9 @@ pub mod van;
 // KV layer (dist-kv): key mapping, server state machine, worker requests.
 pub mod keys;
 pub mod kv;
-pub mod kv_node;
 #[cfg(test)]
 mod kv_cluster_tests;
+pub mod kv_node;
 #[cfg(test)]
 mod kv_vector_tests;
 pub mod server;
