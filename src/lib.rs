@@ -8,6 +8,7 @@
 
 pub mod dist;
 pub mod error;
+pub mod factory;
 pub mod ndarray;
 pub mod psenv;
 pub mod registry;

@@ -19,10 +19,11 @@ pub unsafe extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     })
 }
 
-/// Called by frontends at exit; nothing to do.
+/// Called by frontends at exit: closes this process's distributed worker
+/// stores (barrier before exit, node shutdown); nothing else to do.
 #[no_mangle]
 pub extern "C" fn MXNotifyShutdown() -> c_int {
-    0
+    api_call("MXNotifyShutdown", crate::factory::close_dist_stores)
 }
 
 /// Records ps-lite environment variables (read before the process

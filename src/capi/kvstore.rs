@@ -12,7 +12,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
-use crate::store::{self, Updater};
+use crate::store::Updater;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
         if out.is_null() {
             return Err(Error::new("out (output pointer) is NULL"));
         }
-        let store = store::create(name)?;
+        let store = crate::factory::create(name)?;
         let type_c = CString::new(store.type_name()).expect("came from a C string");
         let h = KVSTORES.insert(Arc::new(KvHandle { store, type_c }));
         // SAFETY: `out` is non-NULL and writable, per the contract.
@@ -65,16 +65,20 @@ pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
 
 /// Frees a store. NULL is accepted (as in MXNet); a stale handle is an error.
 /// Values already pulled stay valid; calls in flight on other threads finish.
+/// A distributed worker meets the others at the barrier before exit (unless
+/// turned off) and stops its node; an error there is returned (the handle is
+/// freed all the same).
 #[no_mangle]
 pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     api_call("MXKVStoreFree", || {
         if handle.is_null() {
             return Ok(());
         }
-        KVSTORES
+        let kv = KVSTORES
             .remove(handle as usize)
-            .map(drop)
-            .map_err(|e| Error::new(format!("KVStoreHandle {e}")))
+            .map_err(|e| Error::new(format!("KVStoreHandle {e}")))?;
+        // a distributed worker's barrier before exit and node shutdown
+        kv.store.close()
     })
 }
 

@@ -20,4 +20,5 @@ pub mod kv_node;
 #[cfg(test)]
 mod kv_vector_tests;
 pub mod server;
+pub mod store;
 pub mod worker;

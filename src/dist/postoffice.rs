@@ -590,6 +590,11 @@ impl Postoffice {
         r
     }
 
+    /// Whether the node has stopped (finalized or [`stop`](Self::stop)ped).
+    pub fn is_stopped(&self) -> bool {
+        self.state.lock().stopped
+    }
+
     /// Stops the van at once (TERMINATE to itself, sockets closed).
     pub fn stop(&self) {
         {

@@ -738,6 +738,43 @@ impl LocalStore {
         Ok(())
     }
 
+    /// MXNet's `comm_->Reduce` for a distributed worker
+    /// (`KVStoreDist::PushImpl`): groups `vals` by key as a push does,
+    /// checks each group as a push does and sums it as this store's comm
+    /// would, storing nothing. One value per distinct key (a single value is
+    /// returned as given; a sum is a new array).
+    pub fn reduce_only(&self, keys: &[i32], vals: &[NDArray]) -> Result<Vec<(i32, NDArray)>> {
+        ensure!(
+            keys.len() == vals.len(),
+            "{} keys for {} values",
+            keys.len(),
+            vals.len()
+        );
+        for v in vals {
+            check_value(v, "push")?;
+        }
+        let entries = self.entries_for(Keys::Int(keys))?;
+        let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
+        let mut work = Vec::new();
+        for (_, pos) in group(&ids) {
+            let entry = &entries[pos[0]];
+            let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
+            self.check_push_group(entry, &group_vals)?;
+            work.push((keys[pos[0]], entry, group_vals));
+        }
+        let mut out = Vec::with_capacity(work.len());
+        for (key, entry, group_vals) in work {
+            if group_vals.len() == 1 {
+                out.push((key, group_vals[0].clone()));
+                continue;
+            }
+            let _serial = entry.update.lock();
+            let merged = self.reduce(entry, &group_vals)?;
+            out.push((key, merged.copy_to_ctx(merged.ctx())?));
+        }
+        Ok(out)
+    }
+
     /// Pushes; the outputs in `pulls` (a checked PushPull plan) that a push
     /// wrote in the same pass are removed from it.
     fn push_inner(

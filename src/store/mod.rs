@@ -10,7 +10,6 @@ pub mod local;
 
 use crate::error::Result;
 use crate::ndarray::NDArray;
-use crate::{bail, psenv};
 use std::sync::Arc;
 
 pub use keys::{KeyKind, Keys};
@@ -94,34 +93,10 @@ pub trait KvStore: Send + Sync {
     fn num_dead_nodes(&self, _node_id: i32, _timeout_sec: i32) -> Result<i32> {
         Ok(0)
     }
-}
-
-/// Creates a store from MXNet's type string: lower-cased, then matched by
-/// substring (`dist`, then `nccl`, else local; `device` picks device comm).
-pub fn create(type_str: &[u8]) -> Result<Arc<dyn KvStore>> {
-    let name = type_str.to_ascii_lowercase();
-    let has = |s: &[u8]| name.windows(s.len()).any(|w| w == s);
-    let shown = String::from_utf8_lossy(&name).into_owned();
-    if has(b"dist") {
-        let missing = psenv::missing_cluster_vars();
-        if !missing.is_empty() {
-            bail!(
-                "kvstore type \"{shown}\" needs a cluster, but {} not set (set them in the environment or with MXInitPSEnv)",
-                missing
-                    .iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + if missing.len() == 1 { " is" } else { " are" }
-            );
-        }
-        bail!("kvstore type \"{shown}\": the distributed store is not available in this build yet");
+    /// Ends the store's part in a cluster (`MXKVStoreFree` calls it): a
+    /// distributed worker's barrier before exit and node shutdown.
+    /// Idempotent; local stores have nothing to do.
+    fn close(&self) -> Result<()> {
+        Ok(())
     }
-    if has(b"nccl") {
-        bail!("this build has no NCCL: compile with USE_NCCL=1 to use {shown}");
-    }
-    Ok(Arc::new(local::LocalStore::new(
-        name.clone(),
-        has(b"device"),
-    )))
 }

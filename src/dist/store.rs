@@ -1,0 +1,728 @@
+//! The distributed store: MXNet 1.9.1's `KVStoreDist`
+//! (`src/kvstore/kvstore_dist.h`) as a [`KvStore`], over the KV worker
+//! ([`kv_node::worker_on`]) on a worker node, the KV server
+//! ([`kv_node::serve`]) on a server node, and the scheduler
+//! ([`scheduler::run`]) on the scheduler node.
+//!
+//! A worker reduces the values of several devices with the local store's
+//! code (MXNet's `comm_->Reduce`: [`LocalStore::reduce_only`]) and sends one
+//! value per key. String keys become ints 0, 1, 2… in the order of their
+//! first init, as `KVStoreLocal::InitImpl` numbers them (`next_str_key_`):
+//! the workers init the same keys in the same order, so they agree.
+#![forbid(unsafe_code)]
+
+use super::config::Config;
+use super::keys::Command;
+use super::kv_node;
+use super::message::Role;
+use super::postoffice::{Postoffice, WORKER_GROUP};
+use super::scheduler;
+use super::server::{ServerUpdater, UpdaterSlot};
+use super::worker::KvWorker;
+use crate::error::{Error, Result};
+use crate::ndarray::dtype::DType;
+use crate::ndarray::sparse::row_ids;
+use crate::ndarray::{NDArray, Shape, StorageType};
+use crate::store::compression::CompressionParams;
+use crate::store::keys::{show_str, KindLock, StrRegistry};
+use crate::store::local::LocalStore;
+use crate::store::{Keys, KvStore, Updater};
+use crate::{bail, ensure};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// What a worker knows of an inited key.
+#[derive(Clone)]
+struct KeyInfo {
+    shape: Shape,
+    dtype: DType,
+    stype: StorageType,
+}
+
+/// The worker side of a dist store.
+struct WorkerSide {
+    po: Arc<Postoffice>,
+    w: Arc<KvWorker>,
+    cid: i32,
+    /// MXNet's `comm_`: reduces the values of several devices.
+    comm: LocalStore,
+    kind: KindLock,
+    names: RwLock<StrRegistry>,
+    table: RwLock<HashMap<i32, KeyInfo>>,
+    barrier_before_exit: AtomicBool,
+    closed: Mutex<Option<Result<()>>>,
+    compressed: AtomicBool,
+}
+
+/// The server or scheduler side: nothing runs before `run_server`.
+struct NodeSide {
+    config: Config,
+    /// The running server's updater slot.
+    slot: Mutex<Option<UpdaterSlot>>,
+    /// An updater set before the server runs.
+    pending: Mutex<Option<Arc<dyn ServerUpdater>>>,
+    po: Mutex<Option<Arc<Postoffice>>>,
+}
+
+enum Side {
+    Worker(Box<WorkerSide>),
+    Node(Box<NodeSide>),
+}
+
+/// A `dist*` store on one node of a cluster.
+pub struct DistStore {
+    type_name: Vec<u8>,
+    side: Side,
+}
+
+/// A store updater as a server updater (int keys: the server has no names).
+struct ServerSideUpdater(Arc<dyn Updater>);
+
+impl ServerUpdater for ServerSideUpdater {
+    fn update(&self, key: i32, recv: &NDArray, stored: &NDArray) -> Result<()> {
+        self.0.update(key, None, recv, stored);
+        Ok(())
+    }
+}
+
+fn has(name: &[u8], s: &[u8]) -> bool {
+    name.windows(s.len()).any(|w| w == s)
+}
+
+fn check_float(what: &str, dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::F64 | DType::F16 => Ok(()),
+        other => Err(Error::usage(format!(
+            "{what}: the distributed store holds float16/32/64 values only, not {} (MXNet's server dies on them: This operation only support floating point types)",
+            other.name()
+        ))),
+    }
+}
+
+impl DistStore {
+    /// A store of type `type_name` (lower-cased) for the node `config`
+    /// describes. A worker starts its node here (as MXNet's constructor
+    /// does) and, as rank 0, puts the servers in sync mode unless the type
+    /// contains `_async`; servers and the scheduler start in
+    /// [`KvStore::run_server`].
+    pub fn new(type_name: Vec<u8>, config: Config) -> Result<DistStore> {
+        match config.role {
+            Role::Worker => {
+                let po = Postoffice::start(config)?;
+                Self::worker_on(type_name, po, 0)
+            }
+            _ => Ok(DistStore {
+                type_name,
+                side: Side::Node(Box::new(NodeSide {
+                    config,
+                    slot: Mutex::new(None),
+                    pending: Mutex::new(None),
+                    po: Mutex::new(None),
+                })),
+            }),
+        }
+    }
+
+    /// A worker store with customer id `cid` on a started worker node. The
+    /// store with customer id 0 finalizes the node when it closes.
+    pub fn worker_on(type_name: Vec<u8>, po: Arc<Postoffice>, cid: i32) -> Result<DistStore> {
+        let w = kv_node::worker_on(&po, cid);
+        let device = has(&type_name, b"device");
+        let sync = !has(&type_name, b"_async");
+        let side = WorkerSide {
+            comm: LocalStore::new(
+                if device {
+                    b"device".to_vec()
+                } else {
+                    b"local".to_vec()
+                },
+                device,
+            ),
+            po,
+            w,
+            cid,
+            kind: KindLock::default(),
+            names: RwLock::new(StrRegistry::default()),
+            table: RwLock::new(HashMap::new()),
+            barrier_before_exit: AtomicBool::new(true),
+            closed: Mutex::new(None),
+            compressed: AtomicBool::new(false),
+        };
+        if sync && side.po.my_rank() == 0 && cid == 0 {
+            if let Err(e) = side.w.command(Command::SyncMode.head(), b"") {
+                side.po.stop();
+                return Err(e);
+            }
+        }
+        Ok(DistStore {
+            type_name,
+            side: Side::Worker(Box::new(side)),
+        })
+    }
+
+    fn worker(&self, what: &str) -> Result<&WorkerSide> {
+        match &self.side {
+            Side::Worker(w) => Ok(w),
+            Side::Node(n) => Err(Error::usage(format!(
+                "{what} is a worker's operation; this node is a {}",
+                n.config.role
+            ))),
+        }
+    }
+}
+
+impl WorkerSide {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.lock().is_some() {
+            bail!("the distributed store has been closed");
+        }
+        Ok(())
+    }
+
+    /// The int ids of `keys` (all inited).
+    fn ids(&self, keys: Keys<'_>) -> Result<Vec<i32>> {
+        self.kind.check(keys.kind())?;
+        let table = self.table.read();
+        let ids: Vec<i32> = match keys {
+            Keys::Int(k) => k.to_vec(),
+            Keys::Str(k) => {
+                let names = self.names.read();
+                k.iter()
+                    .map(|s| {
+                        names.get(s).ok_or_else(|| {
+                            Error::not_inited(format!("key {} has not been inited", show_str(s)))
+                        })
+                    })
+                    .collect::<Result<_>>()?
+            }
+        };
+        for (i, id) in ids.iter().enumerate() {
+            if !table.contains_key(id) {
+                return Err(Error::not_inited(format!(
+                    "key {} has not been inited",
+                    keys.show(i)
+                )));
+            }
+        }
+        Ok(ids)
+    }
+
+    fn info(&self, id: i32) -> KeyInfo {
+        self.table.read()[&id].clone()
+    }
+
+    fn init(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
+        self.check_open()?;
+        self.kind.check(keys.kind())?;
+        ensure!(
+            keys.len() == vals.len(),
+            "{} keys for {} values",
+            keys.len(),
+            vals.len()
+        );
+        for (i, v) in vals.iter().enumerate() {
+            check_float(&format!("key {}", keys.show(i)), v.dtype())?;
+            ensure!(
+                matches!(v.stype(), StorageType::Default | StorageType::RowSparse),
+                "key {}: only dense and row_sparse values can be stored in a distributed store",
+                keys.show(i)
+            );
+        }
+        // ids: string keys get the next numbers, in call order
+        let ids: Vec<i32> = match keys {
+            Keys::Int(k) => k.to_vec(),
+            Keys::Str(k) => {
+                let names = self.names.read();
+                let mut next = names.next_id();
+                let mut fresh: HashMap<&[u8], i32> = HashMap::new();
+                let mut ids = Vec::with_capacity(k.len());
+                for s in k {
+                    if names.get(s).is_some() || fresh.contains_key(s) {
+                        bail!("duplicate init of key {}", show_str(s));
+                    }
+                    fresh.insert(s, next);
+                    ids.push(next);
+                    next += 1;
+                }
+                ids
+            }
+        };
+        {
+            let table = self.table.read();
+            for (i, id) in ids.iter().enumerate() {
+                ensure!(
+                    !table.contains_key(id),
+                    "duplicate init of key {}",
+                    keys.show(i)
+                );
+            }
+        }
+        self.comm.init(Keys::Int(&ids), vals)?;
+        if let Keys::Str(k) = keys {
+            let mut names = self.names.write();
+            for s in k {
+                names.register(s);
+            }
+        }
+        {
+            let mut table = self.table.write();
+            for (id, v) in ids.iter().zip(vals) {
+                table.insert(
+                    *id,
+                    KeyInfo {
+                        shape: v.shape().clone(),
+                        dtype: v.dtype(),
+                        stype: v.stype(),
+                    },
+                );
+            }
+        }
+        if self.po.my_rank() == 0 && self.cid == 0 {
+            let items: Vec<(i32, &NDArray)> = ids.iter().copied().zip(vals).collect();
+            self.w.init(&items)?;
+        }
+        self.po.barrier(self.cid, WORKER_GROUP)
+    }
+
+    /// `comm_->Reduce`: one value per distinct key.
+    fn reduce(&self, ids: &[i32], vals: &[NDArray]) -> Result<Vec<(i32, NDArray)>> {
+        ensure!(
+            ids.len() == vals.len(),
+            "{} keys for {} values",
+            ids.len(),
+            vals.len()
+        );
+        for (id, v) in ids.iter().zip(vals) {
+            check_float(&format!("key {id}"), v.dtype())?;
+        }
+        self.comm.reduce_only(ids, vals)
+    }
+
+    fn push(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
+        self.check_open()?;
+        let ids = self.ids(keys)?;
+        let reduced = self.reduce(&ids, vals)?;
+        let items: Vec<(i32, &NDArray)> = reduced.iter().map(|(k, v)| (*k, v)).collect();
+        self.w.push(&items)
+    }
+
+    /// The array a key's value is pulled into: `out` itself when it fits,
+    /// else a new one of the key's shape and dtype.
+    fn dest_for(&self, id: i32, out: &NDArray) -> Result<(NDArray, bool)> {
+        let info = self.info(id);
+        ensure!(
+            out.shape() == &info.shape,
+            "operands shape mismatch from.shape = {} to.shape={}",
+            info.shape,
+            out.shape()
+        );
+        if out.stype() == StorageType::Default && out.dtype() == info.dtype {
+            Ok((out.clone(), true))
+        } else {
+            Ok((NDArray::zeros(info.shape, info.dtype, out.ctx())?, false))
+        }
+    }
+
+    /// Pulls the (dense) keys `ids` into `outs`: one request per distinct
+    /// key, copied to that key's other outputs.
+    fn pull_ids(&self, ids: &[i32], outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
+        let mut plan: Vec<(i32, NDArray, Vec<usize>)> = Vec::new();
+        let mut at: HashMap<i32, usize> = HashMap::new();
+        for (i, (&id, out)) in ids.iter().zip(outs).enumerate() {
+            let info = self.info(id);
+            if info.stype == StorageType::RowSparse {
+                if ignore_sparse {
+                    continue;
+                }
+                bail!("key {id} is row_sparse: use row_sparse_pull to pull it from a distributed store");
+            }
+            check_float(&format!("pull of key {id}"), info.dtype)?;
+            match at.get(&id) {
+                Some(&p) => {
+                    ensure!(
+                        out.shape() == &info.shape,
+                        "operands shape mismatch from.shape = {} to.shape={}",
+                        info.shape,
+                        out.shape()
+                    );
+                    plan[p].2.push(i)
+                }
+                None => {
+                    let (dest, direct) = self.dest_for(id, out)?;
+                    at.insert(id, plan.len());
+                    plan.push((id, dest, if direct { vec![] } else { vec![i] }));
+                }
+            }
+        }
+        let items: Vec<(i32, &NDArray)> = plan.iter().map(|(k, d, _)| (*k, d)).collect();
+        self.w.pull(&items)?;
+        for (_, dest, rest) in &plan {
+            for &i in rest {
+                outs[i].copy_from(dest)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn pull(&self, keys: Keys<'_>, outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
+        self.check_open()?;
+        ensure!(
+            keys.len() == outs.len(),
+            "{} keys for {} outputs",
+            keys.len(),
+            outs.len()
+        );
+        let ids = self.ids(keys)?;
+        self.pull_ids(&ids, outs, ignore_sparse)
+    }
+
+    fn push_pull(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        okeys: Keys<'_>,
+        outs: &[NDArray],
+    ) -> Result<()> {
+        self.check_open()?;
+        ensure!(
+            okeys.len() == outs.len(),
+            "{} keys for {} outputs",
+            okeys.len(),
+            outs.len()
+        );
+        let vids = self.ids(vkeys)?;
+        let oids = self.ids(okeys)?;
+        for (id, out) in oids.iter().zip(outs) {
+            let info = self.info(*id);
+            ensure!(
+                out.shape() == &info.shape,
+                "operands shape mismatch from.shape = {} to.shape={}",
+                info.shape,
+                out.shape()
+            );
+        }
+        let sparse = vals
+            .iter()
+            .chain(outs)
+            .any(|v| v.stype() != StorageType::Default)
+            || vids
+                .iter()
+                .any(|id| self.info(*id).stype != StorageType::Default);
+        if sparse || self.compressed.load(Ordering::Acquire) {
+            // MXNet's rule: push, then pull
+            let reduced = self.reduce(&vids, vals)?;
+            let items: Vec<(i32, &NDArray)> = reduced.iter().map(|(k, v)| (*k, v)).collect();
+            self.w.push(&items)?;
+            return self.pull_ids(&oids, outs, false);
+        }
+        let reduced = self.reduce(&vids, vals)?;
+        let mut plan: Vec<(i32, NDArray, NDArray, Vec<usize>)> = Vec::new();
+        let mut pushed: HashMap<i32, usize> = HashMap::new();
+        for (k, v) in reduced {
+            pushed.insert(k, plan.len());
+            let info = self.info(k);
+            let dest = NDArray::zeros(info.shape, info.dtype, v.ctx())?;
+            plan.push((k, v, dest, vec![]));
+        }
+        let mut pull_only: Vec<usize> = Vec::new();
+        for (i, id) in oids.iter().enumerate() {
+            match pushed.get(id) {
+                Some(&p) => {
+                    if plan[p].3.is_empty() {
+                        if let Ok((d, true)) = self.dest_for(*id, &outs[i]) {
+                            plan[p].2 = d;
+                            plan[p].3.push(usize::MAX);
+                            continue;
+                        }
+                    }
+                    plan[p].3.push(i)
+                }
+                None => pull_only.push(i),
+            }
+        }
+        let items: Vec<(i32, &NDArray, &NDArray)> =
+            plan.iter().map(|(k, v, d, _)| (*k, v, d)).collect();
+        self.w.push_pull(&items)?;
+        for (_, _, dest, rest) in &plan {
+            for &i in rest.iter().filter(|&&i| i != usize::MAX) {
+                outs[i].copy_from(dest)?;
+            }
+        }
+        if !pull_only.is_empty() {
+            let ids: Vec<i32> = pull_only.iter().map(|&i| oids[i]).collect();
+            let o: Vec<NDArray> = pull_only.iter().map(|&i| outs[i].clone()).collect();
+            self.pull_ids(&ids, &o, false)?;
+        }
+        Ok(())
+    }
+
+    fn pull_row_sparse(&self, keys: Keys<'_>, outs: &[NDArray], rows: &[NDArray]) -> Result<()> {
+        self.check_open()?;
+        ensure!(
+            keys.len() == outs.len() && outs.len() == rows.len(),
+            "{} keys, {} outputs and {} row id arrays: the counts must be equal",
+            keys.len(),
+            outs.len(),
+            rows.len()
+        );
+        let ids = self.ids(keys)?;
+        let mut plan = Vec::with_capacity(ids.len());
+        for (i, ((id, out), r)) in ids.iter().zip(outs).zip(rows).enumerate() {
+            let info = self.info(*id);
+            ensure!(
+                out.stype() == StorageType::RowSparse,
+                "Expected row_sparse storage type for row_sparse_pull values (key {})",
+                keys.show(i)
+            );
+            ensure!(
+                info.stype == StorageType::RowSparse,
+                "PullRowSparse expects a row_sparse key (key {})",
+                keys.show(i)
+            );
+            ensure!(
+                out.shape() == &info.shape && out.dtype() == info.dtype,
+                "row_sparse_pull of key {}: the output ({}, {}) differs from the key ({}, {})",
+                keys.show(i),
+                out.shape(),
+                out.dtype().name(),
+                info.shape,
+                info.dtype.name()
+            );
+            let r = row_ids(r, info.shape.dims()[0])
+                .map_err(|e| Error::new(format!("{e} (key {})", keys.show(i))))?;
+            plan.push((*id, out, r));
+        }
+        for (id, out, r) in plan {
+            self.w.pull_row_sparse(id, out, &r)?;
+        }
+        Ok(())
+    }
+
+    fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        self.check_open()?;
+        let p = CompressionParams::parse(params)?;
+        if self.po.my_rank() == 0 && self.cid == 0 {
+            self.w.command(
+                Command::SetGradientCompression.head(),
+                p.encode().as_bytes(),
+            )?;
+        }
+        self.w.set_compression(Some(p));
+        self.compressed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// MXNet's `~KVStoreDist` on a worker: every push answered, then, with
+    /// barrier-before-exit, the workers' barrier, rank 0 stops the servers,
+    /// and the node finalizes (with the final barrier).
+    fn close(&self) -> Result<()> {
+        let mut closed = self.closed.lock();
+        if let Some(r) = &*closed {
+            return r.clone();
+        }
+        let bbe = self.barrier_before_exit.load(Ordering::Acquire);
+        let mut r = self.w.wait_all();
+        if bbe && r.is_ok() {
+            r = self.po.barrier(self.cid, WORKER_GROUP);
+            if r.is_ok() && self.po.my_rank() == 0 && self.cid == 0 {
+                r = self.w.command(Command::StopServer.head(), b"");
+            }
+        }
+        self.po.unregister_customer(0, self.cid);
+        if self.cid == 0 {
+            let f = if r.is_ok() {
+                self.po.finalize(bbe)
+            } else {
+                self.po.stop();
+                Ok(())
+            };
+            if r.is_ok() {
+                r = f;
+            }
+        }
+        *closed = Some(r.clone());
+        r
+    }
+}
+
+impl NodeSide {
+    fn run(&self, controller: &mut dyn FnMut(i32, &[u8])) -> Result<()> {
+        match self.config.role {
+            Role::Scheduler => scheduler::run(self.config.clone()),
+            Role::Server => {
+                ensure!(self.po.lock().is_none(), "this server node has already run");
+                let po = Postoffice::start(self.config.clone())?;
+                *self.po.lock() = Some(po.clone());
+                let mut server = kv_node::server_for(&po);
+                let slot = server.updater_slot();
+                if let Some(u) = self.pending.lock().take() {
+                    slot.set(Some(u));
+                }
+                *self.slot.lock() = Some(slot);
+                let mut ctl = |head: i32, body: &[u8]| -> Result<()> {
+                    controller(head, body);
+                    Ok(())
+                };
+                let r = kv_node::serve(&po, &mut server, &mut ctl);
+                *self.slot.lock() = None;
+                match r {
+                    Ok(()) => po.finalize(true),
+                    Err(e) => {
+                        po.stop();
+                        Err(e)
+                    }
+                }
+            }
+            Role::Worker => bail!("RunServer is for server and scheduler nodes, not workers"),
+        }
+    }
+
+    fn set_updater(&self, updater: Option<Arc<dyn Updater>>) {
+        let u = updater.map(|u| Arc::new(ServerSideUpdater(u)) as Arc<dyn ServerUpdater>);
+        match &*self.slot.lock() {
+            Some(slot) => slot.set(u),
+            None => *self.pending.lock() = u,
+        }
+    }
+}
+
+impl Drop for DistStore {
+    fn drop(&mut self) {
+        if let Side::Worker(w) = &self.side {
+            let _ = w.close();
+        }
+    }
+}
+
+impl KvStore for DistStore {
+    fn type_name(&self) -> &[u8] {
+        &self.type_name
+    }
+
+    fn init(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
+        self.worker("init")?.init(keys, vals)
+    }
+
+    fn push(&self, keys: Keys<'_>, vals: &[NDArray], _priority: i32) -> Result<()> {
+        self.worker("push")?.push(keys, vals)
+    }
+
+    fn pull(
+        &self,
+        keys: Keys<'_>,
+        outs: &[NDArray],
+        _priority: i32,
+        ignore_sparse: bool,
+    ) -> Result<()> {
+        self.worker("pull")?.pull(keys, outs, ignore_sparse)
+    }
+
+    fn pull_row_sparse(
+        &self,
+        keys: Keys<'_>,
+        outs: &[NDArray],
+        row_ids: &[NDArray],
+        _priority: i32,
+    ) -> Result<()> {
+        self.worker("row_sparse_pull")?
+            .pull_row_sparse(keys, outs, row_ids)
+    }
+
+    fn push_pull(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        okeys: Keys<'_>,
+        outs: &[NDArray],
+        _priority: i32,
+    ) -> Result<()> {
+        self.worker("pushpull")?.push_pull(vkeys, vals, okeys, outs)
+    }
+
+    fn broadcast(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        okeys: Keys<'_>,
+        outs: &[NDArray],
+        _priority: i32,
+    ) -> Result<()> {
+        let w = self.worker("broadcast")?;
+        w.init(vkeys, vals)?;
+        w.pull(okeys, outs, false)
+    }
+
+    /// On a worker the updater is kept but not used (the servers update,
+    /// as in MXNet); on a server it becomes the server's updater.
+    fn set_updater(&self, updater: Option<Arc<dyn Updater>>) {
+        if let Side::Node(n) = &self.side {
+            n.set_updater(updater);
+        }
+    }
+
+    fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        self.worker("set_gradient_compression")?
+            .set_gradient_compression(params)
+    }
+
+    fn rank(&self) -> i32 {
+        match &self.side {
+            Side::Worker(w) => w.po.my_rank() as i32,
+            Side::Node(n) => n.po.lock().as_ref().map_or(0, |p| p.my_rank() as i32),
+        }
+    }
+
+    fn group_size(&self) -> i32 {
+        match &self.side {
+            Side::Worker(w) => w.po.num_workers() as i32,
+            Side::Node(n) => n.config.num_worker as i32,
+        }
+    }
+
+    fn barrier(&self) -> Result<()> {
+        let w = self.worker("barrier")?;
+        w.check_open()?;
+        w.po.barrier(w.cid, WORKER_GROUP)
+    }
+
+    fn set_barrier_before_exit(&self, barrier: bool) -> Result<()> {
+        let w = self.worker("set_barrier_before_exit")?;
+        w.barrier_before_exit.store(barrier, Ordering::Release);
+        Ok(())
+    }
+
+    fn send_command_to_servers(&self, cmd_id: i32, body: &[u8]) -> Result<()> {
+        let w = self.worker("send_command_to_servers")?;
+        w.check_open()?;
+        w.w.command(cmd_id, body)
+    }
+
+    fn run_server(&self, controller: &mut dyn FnMut(i32, &[u8])) -> Result<()> {
+        match &self.side {
+            Side::Node(n) => n.run(controller),
+            Side::Worker(_) => {
+                bail!("RunServer is for server and scheduler nodes, not workers")
+            }
+        }
+    }
+
+    fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> Result<i32> {
+        let po = match &self.side {
+            Side::Worker(w) => w.po.clone(),
+            Side::Node(n) => match n.po.lock().clone() {
+                Some(p) => p,
+                None => return Ok(0),
+            },
+        };
+        Ok(po.num_dead_nodes(node_id, timeout_sec) as i32)
+    }
+
+    fn close(&self) -> Result<()> {
+        match &self.side {
+            Side::Worker(w) => w.close(),
+            Side::Node(_) => Ok(()),
+        }
+    }
+}
