@@ -235,16 +235,14 @@ impl WorkerSide {
             Keys::Int(k) => k.to_vec(),
             Keys::Str(k) => {
                 let names = self.names.read();
-                let mut next = names.next_id();
                 let mut fresh: HashMap<&[u8], i32> = HashMap::new();
                 let mut ids = Vec::with_capacity(k.len());
-                for s in k {
+                for (next, s) in (names.next_id()..).zip(k.iter()) {
                     if names.get(s).is_some() || fresh.contains_key(s) {
                         bail!("duplicate init of key {}", show_str(s));
                     }
                     fresh.insert(s, next);
                     ids.push(next);
-                    next += 1;
                 }
                 ids
             }
@@ -724,5 +722,130 @@ impl KvStore for DistStore {
             Side::Worker(w) => w.close(),
             Side::Node(_) => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ndarray::Context;
+    use std::time::Duration;
+
+    fn f32s(v: &[f32]) -> NDArray {
+        NDArray::from_bytes(
+            Shape(vec![v.len() as i64]),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(v),
+        )
+        .unwrap()
+    }
+
+    fn cfg(role: Role, port: u16) -> Config {
+        let mut c = Config::local(role, port, 2, 2, Duration::from_secs(30));
+        c.bigarray_bound = 10;
+        c
+    }
+
+    /// 2 workers x 2 servers in one process over ZeroMQ on 127.0.0.1, all
+    /// through `KvStore`: string keys, several devices' values reduced on
+    /// the worker, a key split over both servers, pushpull, an int32 push
+    /// refused at the call, an updater set on the servers, close.
+    #[test]
+    fn a_cluster_of_dist_stores() {
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+        let port = sched.port();
+        let servers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || -> Result<Vec<i32>> {
+                    let s = DistStore::new(b"dist_sync".to_vec(), cfg(Role::Server, port))?;
+                    let heads = Mutex::new(Vec::new());
+                    // kController: `stored -= 0.5 * merged` from now on
+                    let s2 = &s;
+                    s.run_server(&mut |head, _body| {
+                        heads.lock().push(head);
+                        s2.set_updater(Some(Arc::new(
+                            |_: i32, _: Option<&[u8]>, g: &NDArray, w: &NDArray| {
+                                let g = g.read().typed::<f32>().to_vec();
+                                for (w, g) in w.write().typed_mut::<f32>().iter_mut().zip(g) {
+                                    *w -= 0.5 * g;
+                                }
+                            },
+                        )));
+                    })?;
+                    Ok(heads.into_inner())
+                })
+            })
+            .collect();
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || -> Result<Vec<f64>> {
+                    let s = DistStore::new(b"dist_sync".to_vec(), cfg(Role::Worker, port))?;
+                    assert_eq!(s.group_size(), 2);
+                    let m = (s.rank() + 1) as f32;
+                    let (a, b): (&[u8], &[u8]) = (b"a", b"b");
+                    s.init(Keys::Str(&[a, b]), &[f32s(&[0.0; 4]), f32s(&[0.0; 15])])?;
+                    // two devices' values for "a", one for "b"
+                    s.push(
+                        Keys::Str(&[a, b, a]),
+                        &[f32s(&[m; 4]), f32s(&[m * 10.0; 15]), f32s(&[1.0; 4])],
+                        0,
+                    )?;
+                    let (oa, ob) = (f32s(&[0.0; 4]), f32s(&[0.0; 15]));
+                    s.pull(Keys::Str(&[a, b]), &[oa.clone(), ob.clone()], 0, true)?;
+                    let int = NDArray::zeros(Shape(vec![4]), DType::I32, Context::CPU0)?;
+                    let e = s.push(Keys::Str(&[a]), &[int], 0).unwrap_err();
+                    assert!(e.message().contains("float16/32/64"), "{}", e.message());
+                    let pp = f32s(&[0.0; 4]);
+                    s.push_pull(
+                        Keys::Str(&[a]),
+                        &[f32s(&[m; 4])],
+                        Keys::Str(&[a]),
+                        &[pp.clone()],
+                        0,
+                    )?;
+                    s.send_command_to_servers(Command::Controller.head(), b"sgd")?;
+                    let upd = f32s(&[0.0; 4]);
+                    s.push_pull(
+                        Keys::Str(&[a]),
+                        &[f32s(&[1.0; 4])],
+                        Keys::Str(&[a]),
+                        &[upd.clone()],
+                        0,
+                    )?;
+                    s.close()?;
+                    let mut v = oa.to_f64_vec();
+                    v.extend(ob.to_f64_vec());
+                    v.extend(pp.to_f64_vec());
+                    v.extend(upd.to_f64_vec());
+                    Ok(v)
+                })
+            })
+            .collect();
+        let mut want = vec![5.0; 4]; // (1 + 1) + (2 + 1)
+        want.extend([30.0; 15]);
+        want.extend([3.0; 4]);
+        want.extend([2.0; 4]); // 3 - 0.5 * 2
+        for w in workers {
+            assert_eq!(w.join().unwrap().unwrap(), want);
+        }
+        for s in servers {
+            // each worker sent kController once
+            assert_eq!(s.join().unwrap().unwrap(), vec![0, 0]);
+        }
+        sched.join().unwrap();
+    }
+
+    #[test]
+    fn server_only_operations_are_refused_on_a_worker_and_vice_versa() {
+        let s = DistStore::new(b"dist_sync".to_vec(), cfg(Role::Server, 1)).unwrap();
+        let e = s.push(Keys::Int(&[1]), &[f32s(&[1.0])], 0).unwrap_err();
+        assert!(
+            e.message().contains("worker's operation"),
+            "{}",
+            e.message()
+        );
+        assert_eq!(s.group_size(), 2);
+        s.close().unwrap();
     }
 }

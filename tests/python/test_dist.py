@@ -1,0 +1,119 @@
+"""The dist stores through Python, end to end: ``mxkv-launch`` starts a scheduler, servers and
+workers of ``mxkv`` (the worker scripts in ``tests/python/dist/``) on 127.0.0.1, with ports
+chosen at run time. Servers and the scheduler are the same script: ``import mxkv`` with
+``DMLC_ROLE=server``/``scheduler`` runs that role (``mxkv/kvstore/kvstore_server.py``).
+
+Every run is bounded twice: the launcher's own ``--timeout`` (it stops every node and exits
+124) and this file's deadline on the launcher, after which the launcher is stopped by its pid
+(SIGTERM, then SIGKILL). Each run's processes carry a unique tag in their environment; after
+the run, any process still carrying it is reported and killed by its pid.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import BINDINGS, REPO
+
+LAUNCH = os.path.join(BINDINGS, 'mxkv_launch.py')
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist')
+PY = sys.executable
+
+pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='needs Linux /proc')
+
+
+def _tagged(tag):
+    """pids of the processes whose environment holds MXKV_TEST_TAG=tag"""
+    want = ('MXKV_TEST_TAG=%s' % tag).encode()
+    pids = []
+    for d in os.listdir('/proc'):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open('/proc/%s/environ' % d, 'rb') as f:
+                if want in f.read().split(b'\0'):
+                    pids.append(int(d))
+        except OSError:
+            pass
+    return pids
+
+
+def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=None):
+    """Runs `script` on a cluster of `workers` x `servers`; (exit code, output)."""
+    tag = uuid.uuid4().hex
+    env = dict(os.environ)
+    env['PYTHONPATH'] = BINDINGS + os.pathsep + env.get('PYTHONPATH', '')
+    env.setdefault('MXKV_LIBRARY_PATH', os.path.join(REPO, 'target', 'release', 'libmxkv.so'))
+    env['MXKV_TEST_TAG'] = tag
+    env['MXKV_TIMEOUT_S'] = str(node_timeout or timeout)
+    for k in list(env):
+        if k.startswith('DMLC_') or k == 'PORT':
+            del env[k]
+    env.update(env_extra or {})
+    cmd = [PY, LAUNCH, '-n', str(workers), '-s', str(servers), '--timeout', str(timeout),
+           '--', PY, os.path.join(SCRIPTS, script)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)      # the launcher stops its nodes
+        try:
+            out, _ = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        pytest.fail('the cluster did not finish in %d s:\n%s' % (timeout + 30, out.decode()))
+    finally:
+        deadline = time.time() + 10
+        left = _tagged(tag)
+        while left and time.time() < deadline:
+            time.sleep(0.1)   # nodes the launcher stopped may still be exiting
+            left = _tagged(tag)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    assert not left, 'processes left behind: %r' % left
+    return p.returncode, out.decode()
+
+
+@pytest.mark.parametrize('kvtype,keys,workers,servers', [
+    ('dist_sync', 'int', 2, 2),
+    ('dist_sync', 'str', 2, 2),
+    ('dist_device_sync', 'int', 2, 1),
+    ('dist_sync_device', 'str', 1, 2),
+])
+def test_exact_sums_over_rounds(kvtype, keys, workers, servers):
+    """init/push (two devices' values per key)/pull/pushpull, a key split over the servers
+    (above MXNET_KVSTORE_BIGARRAY_BOUND), a float64 key, an int32 push refused at the call"""
+    code, out = launch('sums_worker.py', workers, servers, {
+        'T_KVTYPE': kvtype, 'T_KEYS': keys, 'MXNET_KVSTORE_BIGARRAY_BOUND': '1000'})
+    assert code == 0, out
+    for r in range(workers):
+        assert '[worker %d] OK rank %d of %d' % (r, r, workers) in out, out
+
+
+def test_sgd_momentum_on_the_servers_equals_a_local_store():
+    """set_optimizer pickles SGD(momentum) to the servers; after 4 rounds each worker's weights
+    are bit-identical to the same optimizer on a local store fed the summed gradients"""
+    code, out = launch('sgd_worker.py', 2, 2)
+    assert code == 0, out
+    assert '[worker 0] OPT OK rank 0' in out and '[worker 1] OPT OK rank 1' in out, out
+
+
+def test_a_worker_that_leaves_early_fails_the_job_without_a_hang():
+    """worker 1 exits (code 3) right after creating the store; worker 0's sync round cannot
+    complete: it fails at the node deadline (MXKV_TIMEOUT_S) naming the missing worker, the
+    job ends non-zero before the launcher's own timeout, nothing is left behind"""
+    t0 = time.time()
+    code, out = launch('sums_worker.py', 2, 1, {'T_KVTYPE': 'dist_sync', 'T_FAIL_RANK': '1'},
+                       timeout=90, node_timeout=8)
+    assert code not in (0, 124), out
+    assert 'failing on purpose' in out, out
+    assert time.time() - t0 < 80, out
