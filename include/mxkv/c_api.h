@@ -74,7 +74,8 @@ MXNET_DLL const char *MXGetLastError(void);
 MXNET_DLL int MXGetVersion(int *out);
 
 /*
- Called by frontends at exit; nothing to do.
+ Called by frontends at exit: closes this process's distributed worker
+ stores (barrier before exit, node shutdown); nothing else to do.
  */
 MXNET_DLL int MXNotifyShutdown(void);
 
@@ -121,6 +122,9 @@ MXNET_DLL int MXKVStoreSetGradientCompression(KVStoreHandle handle, uint32_t num
 /*
  Frees a store. NULL is accepted (as in MXNet); a stale handle is an error.
  Values already pulled stay valid; calls in flight on other threads finish.
+ A distributed worker meets the others at the barrier before exit (unless
+ turned off) and stops its node; an error there is returned (the handle is
+ freed all the same).
  */
 MXNET_DLL int MXKVStoreFree(KVStoreHandle handle);
 
