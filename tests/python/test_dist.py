@@ -42,7 +42,8 @@ def _tagged(tag):
     return pids
 
 
-def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=None):
+def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=None,
+           command=None):
     """Runs `script` on a cluster of `workers` x `servers`; (exit code, output)."""
     tag = uuid.uuid4().hex
     env = dict(os.environ)
@@ -55,7 +56,7 @@ def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=N
             del env[k]
     env.update(env_extra or {})
     cmd = [PY, LAUNCH, '-n', str(workers), '-s', str(servers), '--timeout', str(timeout),
-           '--', PY, os.path.join(SCRIPTS, script)]
+           '--'] + (command or [PY]) + [os.path.join(SCRIPTS, script)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                          start_new_session=True)
     try:
@@ -117,3 +118,24 @@ def test_a_worker_that_leaves_early_fails_the_job_without_a_hang():
     assert code not in (0, 124), out
     assert 'failing on purpose' in out, out
     assert time.time() - t0 < 80, out
+
+
+def _has_mxnet():
+    r = subprocess.run([PY, '-c', 'import mxnet; print(mxnet.__version__)'],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
+    return r.returncode == 0 and r.stdout.strip() == b'1.9.1'
+
+
+@pytest.mark.parametrize('servers', [1, 2])
+def test_our_workers_with_a_real_mxnet_scheduler_and_servers(servers):
+    """the scheduler and servers run `import mxnet` (real MXNet 1.9.1), the workers mxkv"""
+    if not _has_mxnet():
+        pytest.skip('no mxnet 1.9.1 in this Python (make venv-ref)')
+    role_switch = ('if [ "$DMLC_ROLE" = worker ]; then exec "$0" "$1"; '
+                   'else exec "$0" -c "import mxnet"; fi')
+    code, out = launch('interop_worker.py', 2, servers,
+                       {'MXNET_KVSTORE_BIGARRAY_BOUND': '10'}, timeout=100,
+                       command=['sh', '-c', role_switch, PY])
+    assert code == 0, out
+    for r in range(2):
+        assert '[worker %d] INTEROP OK rank %d of 2' % (r, r) in out, out
