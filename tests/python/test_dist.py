@@ -100,12 +100,18 @@ def test_exact_sums_over_rounds(kvtype, keys, workers, servers):
         assert '[worker %d] OK rank %d of %d' % (r, r, workers) in out, out
 
 
-def test_sgd_momentum_on_the_servers_equals_a_local_store():
+@pytest.mark.parametrize('kvtype,workers,servers', [
+    ('dist_sync', 2, 2),
+    ('dist_device_sync', 2, 1),
+    ('dist_async', 1, 2),      # async: an update per push, deterministic with one worker
+])
+def test_sgd_momentum_on_the_servers_equals_a_local_store(kvtype, workers, servers):
     """set_optimizer pickles SGD(momentum) to the servers; after 4 rounds each worker's weights
     are bit-identical to the same optimizer on a local store fed the summed gradients"""
-    code, out = launch('sgd_worker.py', 2, 2)
+    code, out = launch('sgd_worker.py', workers, servers, {'T_KVTYPE': kvtype})
     assert code == 0, out
-    assert '[worker 0] OPT OK rank 0' in out and '[worker 1] OPT OK rank 1' in out, out
+    for r in range(workers):
+        assert '[worker %d] OPT OK rank %d' % (r, r) in out, out
 
 
 def test_a_worker_that_leaves_early_fails_the_job_without_a_hang():

@@ -3,7 +3,7 @@ import os
 import numpy as np
 import mxkv as mx
 
-kv = mx.kv.create('dist_sync')
+kv = mx.kv.create(os.environ.get('T_KVTYPE', 'dist_sync'))
 r, n = kv.rank, kv.num_workers
 shape = (3, 4)
 w0 = np.arange(12, dtype=np.float32).reshape(shape) / 7

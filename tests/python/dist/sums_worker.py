@@ -15,6 +15,7 @@ big = (bound // 10 + 7, 10)  # above the bound: split over the servers
 kv.init(K(3), mx.nd.zeros(shape))
 kv.init(K(99), mx.nd.zeros(big))
 kv.init(K(7), mx.nd.ones((5,), dtype='float64'))
+kv.init(K(11), mx.nd.sparse.zeros('row_sparse', (6, 2)))
 rounds = 3
 for t in range(rounds):
     # two devices' values per key, reduced on the worker first
@@ -32,6 +33,17 @@ for t in range(rounds):
     ow = mx.nd.zeros((5,), dtype='float64')
     kv.pull(K(7), out=ow)
     assert (ow.asnumpy() == 0.5 * n).all(), ow.asnumpy()
+# row_sparse: each worker pushes rows {rank, 4}; a pull of rows 0..5 sees their sum
+g = mx.nd.sparse.row_sparse_array((np.full((2, 2), r + 1, np.float32), [r, 4]), shape=(6, 2))
+kv.push(K(11), g)
+rsp = mx.nd.sparse.zeros('row_sparse', (6, 2))
+kv.row_sparse_pull(K(11), out=rsp, row_ids=mx.nd.array([4, 0, 1, 2, 5], dtype='int64'))
+want = np.zeros((6, 2), np.float32)
+for rr in range(n):
+    want[rr] += rr + 1
+    want[4] += rr + 1
+want[3] = 0
+assert np.array_equal(rsp.asnumpy(), want), (rsp.asnumpy(), want)
 # pushpull
 out = mx.nd.zeros(shape)
 kv.pushpull(K(3), mx.nd.ones(shape) * (r + 1), out=out)
