@@ -145,3 +145,15 @@ def test_our_workers_with_a_real_mxnet_scheduler_and_servers(servers):
     assert code == 0, out
     for r in range(2):
         assert '[worker %d] INTEROP OK rank %d of 2' % (r, r) in out, out
+
+
+@pytest.mark.parametrize('case', [
+    'dist_sync_assign_t0.5', 'dist_sync_optimizer_t0.5', 'dist_sync_device_assign_t0.5',
+    'dist_sync_assign_t0.1234567', 'dist_sync_assign_t1e-07'])
+def test_2bit_compressed_pushes_pull_what_a_real_mxnet_cluster_pulled(case):
+    """tests/vectors/compression/dist_sync_sequences.json, captured from MXNet 1.9.1 (1 server,
+    2 workers): every pulled value after each compressed push is the same"""
+    vectors = os.path.join(REPO, 'tests', 'vectors', 'compression', 'dist_sync_sequences.json')
+    code, out = launch('compression_worker.py', 2, 1, {'T_VECTORS': vectors, 'T_CASE': case})
+    assert code == 0, out
+    assert '[worker 0] GC OK rank 0' in out and '[worker 1] GC OK rank 1' in out, out
