@@ -416,22 +416,21 @@ impl WorkerSide {
             return self.pull_ids(&oids, outs, false);
         }
         let reduced = self.reduce(&vids, vals)?;
-        let mut plan: Vec<(i32, NDArray, NDArray, Vec<usize>)> = Vec::new();
+        // per pushed key: the value, the output pulled into (the first of
+        // the key's outputs that fits, else a new array), the other outputs
+        let mut plan: Vec<(i32, NDArray, Option<NDArray>, Vec<usize>)> = Vec::new();
         let mut pushed: HashMap<i32, usize> = HashMap::new();
         for (k, v) in reduced {
             pushed.insert(k, plan.len());
-            let info = self.info(k);
-            let dest = NDArray::zeros(info.shape, info.dtype, v.ctx())?;
-            plan.push((k, v, dest, vec![]));
+            plan.push((k, v, None, vec![]));
         }
         let mut pull_only: Vec<usize> = Vec::new();
         for (i, id) in oids.iter().enumerate() {
             match pushed.get(id) {
                 Some(&p) => {
-                    if plan[p].3.is_empty() {
-                        if let Ok((d, true)) = self.dest_for(*id, &outs[i]) {
-                            plan[p].2 = d;
-                            plan[p].3.push(usize::MAX);
+                    if plan[p].2.is_none() {
+                        if let (d, true) = self.dest_for(*id, &outs[i])? {
+                            plan[p].2 = Some(d);
                             continue;
                         }
                     }
@@ -440,11 +439,23 @@ impl WorkerSide {
                 None => pull_only.push(i),
             }
         }
+        let mut ready = Vec::with_capacity(plan.len());
+        for (k, v, d, rest) in plan {
+            let d = match d {
+                Some(d) => d,
+                None => {
+                    let info = self.info(k);
+                    NDArray::zeros(info.shape, info.dtype, v.ctx())?
+                }
+            };
+            ready.push((k, v, d, rest));
+        }
+        let plan = ready;
         let items: Vec<(i32, &NDArray, &NDArray)> =
             plan.iter().map(|(k, v, d, _)| (*k, v, d)).collect();
         self.w.push_pull(&items)?;
         for (_, _, dest, rest) in &plan {
-            for &i in rest.iter().filter(|&&i| i != usize::MAX) {
+            for &i in rest {
                 outs[i].copy_from(dest)?;
             }
         }
@@ -801,7 +812,7 @@ mod tests {
                         Keys::Str(&[a]),
                         &[f32s(&[m; 4])],
                         Keys::Str(&[a]),
-                        &[pp.clone()],
+                        std::slice::from_ref(&pp),
                         0,
                     )?;
                     s.send_command_to_servers(Command::Controller.head(), b"sgd")?;
@@ -810,7 +821,7 @@ mod tests {
                         Keys::Str(&[a]),
                         &[f32s(&[1.0; 4])],
                         Keys::Str(&[a]),
-                        &[upd.clone()],
+                        std::slice::from_ref(&upd),
                         0,
                     )?;
                     s.close()?;
