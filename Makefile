@@ -107,7 +107,7 @@ diff: venv-ref build
 pytest: venv-ref build
 	@if [ -d tests/python ]; then $(PY) -m pytest -q tests/python; else echo "no Python tests yet"; fi
 
-test: venv-ref tools standalone lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest bench-smoke install-check
+test: venv-ref tools standalone lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest bench-smoke bench-dist-smoke install-check
 	@echo "make test: all suites passed"
 
 include bench/bench.mk
