@@ -4,6 +4,7 @@
 //!
 //! Layers: [`capi`] is the only module with `extern "C"`, raw pointers and
 //! `unsafe`; [`store`], [`ndarray`], [`registry`] and [`psenv`] are safe Rust.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod dist;

@@ -204,12 +204,19 @@ MXNET_DLL int MXKVStorePushPullEx(KVStoreHandle handle, mx_uint vnum, const char
 /*
  Sets the int-key updater; it replaces any earlier updater. On a
  string-keyed store it is called with internal ids (registration order).
+
+ `unsafe`: the store keeps `updater` and `updater_handle` and calls them on
+ later pushes; they must stay valid until another updater replaces them or
+ the store is freed.
  */
 MXNET_DLL int MXKVStoreSetUpdater(KVStoreHandle handle, MXKVStoreUpdater updater, void *updater_handle);
 
 /*
  Sets both updaters. `str_updater` may be NULL: string keys then reach
  `updater` as internal ids.
+
+ `unsafe`: as `MXKVStoreSetUpdater`, the callbacks and `updater_handle`
+ must stay valid while the store may call them.
  */
 MXNET_DLL int MXKVStoreSetUpdaterEx(KVStoreHandle handle, MXKVStoreUpdater updater, MXKVStoreStrUpdater str_updater, void *updater_handle);
 
@@ -240,6 +247,9 @@ MXNET_DLL int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_be
 
 /*
  Runs the server loop (dist servers); local stores return at once.
+
+ `unsafe`: `controller` (if not NULL) is called with `controller_handle`
+ for every command until the loop returns; both must stay valid until then.
  */
 MXNET_DLL int MXKVStoreRunServer(KVStoreHandle handle, MXKVStoreServerController controller, void *controller_handle);
 

@@ -590,8 +590,12 @@ fn set_updater(
 
 /// Sets the int-key updater; it replaces any earlier updater. On a
 /// string-keyed store it is called with internal ids (registration order).
+///
+/// `unsafe`: the store keeps `updater` and `updater_handle` and calls them on
+/// later pushes; they must stay valid until another updater replaces them or
+/// the store is freed.
 #[no_mangle]
-pub extern "C" fn MXKVStoreSetUpdater(
+pub unsafe extern "C" fn MXKVStoreSetUpdater(
     handle: KVStoreHandle,
     updater: MXKVStoreUpdater,
     updater_handle: *mut c_void,
@@ -603,8 +607,11 @@ pub extern "C" fn MXKVStoreSetUpdater(
 
 /// Sets both updaters. `str_updater` may be NULL: string keys then reach
 /// `updater` as internal ids.
+///
+/// `unsafe`: as `MXKVStoreSetUpdater`, the callbacks and `updater_handle`
+/// must stay valid while the store may call them.
 #[no_mangle]
-pub extern "C" fn MXKVStoreSetUpdaterEx(
+pub unsafe extern "C" fn MXKVStoreSetUpdaterEx(
     handle: KVStoreHandle,
     updater: MXKVStoreUpdater,
     str_updater: MXKVStoreStrUpdater,
@@ -671,8 +678,11 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(
 }
 
 /// Runs the server loop (dist servers); local stores return at once.
+///
+/// `unsafe`: `controller` (if not NULL) is called with `controller_handle`
+/// for every command until the loop returns; both must stay valid until then.
 #[no_mangle]
-pub extern "C" fn MXKVStoreRunServer(
+pub unsafe extern "C" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
     controller: MXKVStoreServerController,
     controller_handle: *mut c_void,

@@ -12,6 +12,7 @@
 //! Every entry point runs inside [`boundary::api_call`]: panics are caught,
 //! errors become `-1` plus a thread-local message; outputs are written only
 //! on success.
+#![allow(unsafe_code)] // the one module where `unsafe` is allowed (lib.rs denies it)
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
