@@ -14,9 +14,8 @@ use crate::store::KvStore;
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 
-/// This process's worker node, shared by its dist stores (ps-lite has one
-/// postoffice per process; each store is a customer of it), and the next
-/// customer id.
+/// This process's worker node (ps-lite has one postoffice per process) and
+/// the next customer id; the node serves one dist store at a time.
 static WORKER_NODE: Mutex<Option<(Weak<Postoffice>, i32)>> = Mutex::new(None);
 
 /// This process's dist worker stores, for [`close_dist_stores`].
@@ -76,13 +75,16 @@ pub fn create(type_str: &[u8]) -> Result<Arc<dyn KvStore>> {
             return Ok(Arc::new(DistStore::new(name, config)?));
         }
         let mut node = WORKER_NODE.lock();
-        if let Some((po, next)) = node.as_mut() {
+        if let Some((po, _)) = node.as_mut() {
             match po.upgrade() {
-                Some(po) if !po.is_stopped() => {
-                    let cid = *next;
-                    *next += 1;
-                    return Ok(track(DistStore::worker_on(name, po, cid)?));
-                }
+                // One dist store per worker process: the servers hold one key space
+                // for the whole job, so a second store could not be independent of
+                // the first (MXNet 1.9.1's second KVStoreDist waits forever on a
+                // barrier the servers and the scheduler never join).
+                Some(po) if !po.is_stopped() => bail!(
+                    "kvstore type \"{shown}\": this process already has a dist store (worker rank {}); a worker process has one dist store at a time, since every store of a job shares the servers' keys: use that store (MXNet 1.9.1 waits forever creating a second one)",
+                    po.my_rank()
+                ),
                 _ => bail!(
                     "kvstore type \"{shown}\": this process's worker node has already finished (ps-lite starts a node once per process)"
                 ),
