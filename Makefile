@@ -17,7 +17,7 @@ CTESTS  := $(patsubst ctests/%.c,%,$(wildcard ctests/test_*.c))
 MXDIR    = $(shell $(PY) -c "import importlib.util,os;print(os.path.dirname(importlib.util.find_spec('mxnet').origin))")
 
 .PHONY: all build tutorial venv venv-ref tools standalone header lint cargo-test ctest ctest-asan \
-        ctest-valgrind abi diff pytest test bench clean
+        ctest-valgrind ctest-dist abi diff pytest test bench clean
 
 all: tutorial
 
@@ -90,6 +90,21 @@ ctest-valgrind: tools $(addprefix build/ctests/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t (valgrind)"; \
 	  valgrind -q --fair-sched=yes --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done
 
+## A C program through the C API on dist clusters on 127.0.0.1 (every node runs it; 2 workers,
+## 1 scheduler, 1 or 2 servers; int and string keys), started by mxkv_launch.py under `timeout`.
+build/ctests-dist/dist_worker: ctests/dist/dist_worker.c ctests/check.h build
+	@mkdir -p build/ctests-dist
+	$(CC) $(CFLAGS_TEST) $< -o $@ $(LDLIBS_TEST)
+ctest-dist: build/ctests-dist/dist_worker
+	@set -e; for keys in int str; do for s in 1 2; do \
+	  echo "== dist_worker ($$keys keys, 2 workers, $$s servers)"; \
+	  MXNET_KVSTORE_BIGARRAY_BOUND=20 MXKV_TIMEOUT_S=60 timeout -k 10 150 $(PYTHON) \
+	    bindings/python/mxkv_launch.py -n 2 -s $$s --timeout 120 -- \
+	    ./build/ctests-dist/dist_worker $$keys > build/ctests-dist/log 2>&1 \
+	    || { cat build/ctests-dist/log; exit 1; }; \
+	  cat build/ctests-dist/log; test "$$(grep -c 'DIST C OK' build/ctests-dist/log)" = 2; \
+	done; done
+
 ## ABI: MXNet 1.9.1's own c_api.h and ours in one translation unit, -Werror.
 abi: venv-ref
 	@mkdir -p build
@@ -107,7 +122,7 @@ diff: venv-ref build
 pytest: venv-ref build
 	@if [ -d tests/python ]; then $(PY) -m pytest -q tests/python; else echo "no Python tests yet"; fi
 
-test: venv-ref tools standalone lint cargo-test ctest ctest-asan ctest-valgrind abi diff pytest bench-smoke bench-dist-smoke install-check
+test: venv-ref tools standalone lint cargo-test ctest ctest-asan ctest-valgrind ctest-dist abi diff pytest bench-smoke bench-dist-smoke install-check
 	@echo "make test: all suites passed"
 
 include bench/bench.mk
