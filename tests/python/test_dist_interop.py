@@ -23,6 +23,7 @@ space, so a second store could not be independent of the first).
 """
 import os
 import pickle
+import subprocess
 
 import numpy as np
 import pytest
@@ -204,7 +205,11 @@ def test_code_running_pickle_refused_by_our_servers(real_mxnet, tmp_path, sender
     marker = tmp_path / 'ran'
     payload = tmp_path / 'payload'
     payload.write_bytes(pickle.dumps(_RunsCode(str(marker)), 0))
-    assert b'system' in payload.read_bytes()
+    # the same payload is live: plain pickle.loads runs it (with another marker)
+    control = tmp_path / 'control'
+    subprocess.run([PY, '-c', 'import pickle, sys; pickle.loads(sys.stdin.buffer.read())'],
+                   input=pickle.dumps(_RunsCode(str(control)), 0), timeout=60, check=True)
+    assert control.exists()
     real = [0]          # the real worker is rank 0, ours rank 1
     sender_rank = 0 if sender == 'mxnet' else 1
     code, out = mixed('command', 2, 2, real,
