@@ -12,6 +12,8 @@ leftovers killed by pid).
   array against the numpy sum and prints a sha256 digest of what it pulled; the whole scenario
   runs 4 times per job (fresh keys each time) and the digests must be identical, and equal to
   the digest this file computes from the inputs alone. One cell also runs as 4 separate jobs.
+* ``sgd``: the same keys and rounds with ``set_optimizer(SGD(learning_rate=0.5))`` on sync
+  stores: every pull and pushpull is w - 0.5 * (the sum of that step's pushes), exact.
 * ``async``: dist_async with ``set_optimizer(SGD(learning_rate=0.5))`` (MXNet sends only
   optimizers to dist servers; ``_set_updater`` stays local). With 1 worker the order is fixed:
   every pull after every push equals a local store running the same optimizer on the same
@@ -27,7 +29,9 @@ leftovers killed by pid).
   update landed, and with an updater its Python optimizer may not have run yet when the push
   is answered. So what is compared with MXNet is what that race cannot change: no updater
   (sync mode assigns the sum of the round), and every value is read after ``kv._barrier()``
-  following the round's pushes, with a second barrier before the next round.
+  following the round's pushes, with a second barrier before the next round. ``rsp`` also
+  pushes and pulls (after the barrier) the dense keys of ``sums``; float16 and float64 sums
+  are exact in float32, so a real server's float32 copies of them give the same values.
   row_sparse: MXNet's server, without an updater, replaces its table by the merged pushed rows
   (rows nobody pushed disappear and later pulls read past the shrunk table; libmxkv keeps the
   table whole with zeros there: README deviation list, src/dist/server.rs). So in every round
@@ -111,6 +115,16 @@ def test_the_same_cluster_launched_four_times_pulls_the_same():
     assert set(runs[0].values()) == {expected('sums', 2)}
 
 
+@pytest.mark.parametrize('kvtype,workers,servers,keys', [
+    ('dist_sync', 1, 1, 'int'), ('dist_sync', 2, 2, 'str'), ('dist_sync', 4, 1, 'int'),
+    ('dist_device_sync', 2, 2, 'int')])
+def test_sync_sgd_on_the_servers(kvtype, workers, servers, keys):
+    """the grid's keys with SGD on the servers: each pull / pushpull is w - lr * (the sum of
+    that step's pushes), exact in every dtype"""
+    digests = run_grid('sgd', workers, servers, keys, kvtype)
+    assert set(digests.values()) == {expected('sgd', workers)}
+
+
 def test_async_one_worker_equals_a_local_store():
     """1 worker: each pull after each push equals a local store with the same SGD (checked
     by the worker, bit for bit); the int-key and str-key jobs pull the same values"""
@@ -131,15 +145,18 @@ def _need_mxnet():
         pytest.skip('no mxnet 1.9.1 in this Python (make venv-ref)')
 
 
-@pytest.mark.parametrize('scenario,workers,servers,keys', [
-    ('rsp', 1, 2, 'str'), ('rsp', 2, 1, 'int'), ('rsp', 4, 2, 'int'),
-    ('2bit', 1, 1, 'int'), ('2bit', 2, 2, 'str'), ('2bit', 4, 2, 'int'),
+@pytest.mark.parametrize('scenario,workers,servers,keys,kvtype', [
+    ('rsp', 1, 2, 'str', 'dist_sync'), ('rsp', 2, 1, 'int', 'dist_sync'),
+    ('rsp', 4, 2, 'int', 'dist_sync'),
+    ('2bit', 1, 1, 'int', 'dist_sync'), ('2bit', 2, 2, 'str', 'dist_sync'),
+    ('2bit', 4, 2, 'int', 'dist_sync'), ('2bit', 2, 1, 'int', 'dist_device_sync'),
 ])
-def test_rsp_and_2bit_pull_what_a_real_mxnet_cluster_pulls(scenario, workers, servers, keys):
+def test_rsp_and_2bit_pull_what_a_real_mxnet_cluster_pulls(scenario, workers, servers, keys,
+                                                            kvtype):
     """the same job on real MXNet 1.9.1 nodes and on mxkv nodes: every pulled value equal
     (what is compared and why: the module docstring)"""
     _need_mxnet()
-    ours = run_grid(scenario, workers, servers, keys)
-    theirs = run_grid(scenario, workers, servers, keys, lib='mxnet')
+    ours = run_grid(scenario, workers, servers, keys, kvtype)
+    theirs = run_grid(scenario, workers, servers, keys, kvtype, lib='mxnet')
     assert ours == theirs, (ours, theirs)
     assert set(ours.values()) == {expected(scenario, workers)}

@@ -17,8 +17,12 @@ in float16, float32 and float64, whatever the order of additions):
             values), float64, float16, a float32, a float16 and a float64 key above the
             big-array bound, irregular shapes (3,7,5) and (5,7,9) (the second split at an odd
             boundary). Each round: push every key, pull every key (one call per key on odd
-            rounds, one multi-key call on even rounds), then pushpull every key. Each pulled
-            array must equal the numpy sum of what the workers pushed that round.
+            rounds, one multi-key call on even rounds), then pushpull every key; the
+            two-device key is pushed, pushpulled and pulled as two devices' arrays (outputs
+            on cpu(0) and cpu(1)). Each pulled array must equal the numpy sum of what the
+            workers pushed that round.
+``sgd``     as ``sums`` with ``set_optimizer(SGD(learning_rate=0.5))``: each pull and
+            pushpull returns w - 0.5 * (the sum of that step's pushes), exact in every dtype.
 ``async``   dist_async with ``set_optimizer(SGD(learning_rate=0.5))`` (MXNet sends only
             optimizers to dist servers). 1 worker: every pull after every push equals a local
             store running the same optimizer on the same pushes, bit for bit (float32 keys
@@ -170,6 +174,19 @@ def async_final(j, shape, dtype, n, rounds):
     return w.astype(dtype)
 
 
+def sgd_sequence(j, shape, dtype, n, rounds):
+    """sync mode with SGD(lr) on the servers: [(after round t's pushes, after its
+    pushpulls)] -- each is w - lr * (the sum of that step's pushes), from w0 = init_value"""
+    w = init_value(j, shape, dtype).astype(np.float64)
+    out = []
+    for t in range(rounds):
+        w = w - LR * dense_sum(j, shape, dtype, n, t).astype(np.float64)
+        a = w.astype(dtype)
+        w = w - LR * dense_sum(j, shape, dtype, n, t + 10).astype(np.float64)
+        out.append((a, w.astype(dtype)))
+    return out
+
+
 class Digest(object):
     def __init__(self):
         self.h = hashlib.sha256()
@@ -186,15 +203,18 @@ class Digest(object):
 def expected_digest(scenario, n, rounds, b):
     """The digest a worker of an n-worker job prints for one repeat, from the inputs alone."""
     d = Digest()
-    if scenario == 'sums':
+    if scenario in ('sums', 'sgd'):
         specs = dense_specs(b)
         for j, (name, shape, dt, _) in enumerate(specs):
             d.add('init %s 0' % name, init_value(j, shape, dt))
+        seq = [sgd_sequence(j, shape, dt, n, rounds) for j, (_, shape, dt, _) in enumerate(specs)]
         for t in range(rounds):
             for j, (name, shape, dt, _) in enumerate(specs):
-                d.add('pull %s %d' % (name, t), dense_sum(j, shape, dt, n, t))
+                d.add('pull %s %d' % (name, t), dense_sum(j, shape, dt, n, t)
+                      if scenario == 'sums' else seq[j][t][0])
             for j, (name, shape, dt, _) in enumerate(specs):
-                d.add('pushpull %s %d' % (name, t), dense_sum(j, shape, dt, n, t + 10))
+                d.add('pushpull %s %d' % (name, t), dense_sum(j, shape, dt, n, t + 10)
+                      if scenario == 'sums' else seq[j][t][1])
     elif scenario == 'rsp':
         specs, rsps = dense_specs(b), rsp_specs(b)
         for t in range(rounds):
@@ -256,27 +276,46 @@ class Worker(object):
             return self.nd(a)
         return [self.nd(p, d) for d, p in enumerate(device_parts(a, t))]
 
+    def outs_for(self, spec):
+        """one output per device of the key (a list for a key pushed from two devices)"""
+        _, shape, dt, devices = spec
+        o = [self.mx.nd.zeros(shape, ctx=self.mx.cpu(d), dtype=dt) for d in range(devices)]
+        return o[0] if devices == 1 else o
+
+    def check_outs(self, o, want, what, tag):
+        """every device's output equals want; the first goes into the digest"""
+        outs = o if isinstance(o, list) else [o]
+        for d, x in enumerate(outs):
+            check(x.asnumpy(), want, '%s (device %d)' % (what, d))
+        self.d.add(tag, outs[0].asnumpy())
+
     def pull_dense(self, specs, t, tag, want_of, multi):
-        mx, kv = self.mx, self.kv
-        outs = [mx.nd.zeros(shape, dtype=dt) for _, shape, dt, _ in specs]
+        kv = self.kv
+        outs = [self.outs_for(s) for s in specs]
         if multi:
             kv.pull([self.key(s[0]) for s in specs], out=outs)
         else:
             for s, o in zip(specs, outs):
                 kv.pull(self.key(s[0]), out=o)
         for j, (s, o) in enumerate(zip(specs, outs)):
-            got = o.asnumpy()
-            check(got, want_of(j, s), '%s %s round %d rep %d' % (tag, s[0], t, self.rep))
-            self.d.add('%s %s %d' % (tag, s[0], t), got)
+            self.check_outs(o, want_of(j, s), '%s %s round %d rep %d' % (tag, s[0], t, self.rep),
+                            '%s %s %d' % (tag, s[0], t))
 
     def init_dense(self, specs, value_of):
         keys = [self.key(s[0]) for s in specs]
         self.kv.init(keys, [self.nd(value_of(j, s)) for j, s in enumerate(specs)])
 
     # -- scenarios ---------------------------------------------------------------------
-    def sums(self):
+    def sums(self, sgd=False):
         kv, n = self.kv, self.n
         specs = dense_specs(self.b)
+        if sgd:
+            seq = [sgd_sequence(j, s[1], s[2], n, self.rounds) for j, s in enumerate(specs)]
+            want_pull = lambda j, s, t: seq[j][t][0]
+            want_pushpull = lambda j, s, t: seq[j][t][1]
+        else:
+            want_pull = lambda j, s, t: dense_sum(j, s[1], s[2], n, t)
+            want_pushpull = lambda j, s, t: dense_sum(j, s[1], s[2], n, t + 10)
         self.init_dense(specs, lambda j, s: init_value(j, s[1], s[2]))
         self.pull_dense(specs, 0, 'init', lambda j, s: init_value(j, s[1], s[2]), True)
         for t in range(self.rounds):
@@ -287,10 +326,9 @@ class Worker(object):
             else:
                 for s, v in zip(specs, vals):
                     kv.push(self.key(s[0]), v)
-            self.pull_dense(specs, t, 'pull', lambda j, s: dense_sum(j, s[1], s[2], n, t),
-                            t % 2 == 0)
-            outs = [self.mx.nd.zeros(s[1], dtype=s[2]) for s in specs]
-            pv = [self.nd(dense_value(j, s[1], s[2], self.r, t + 10))
+            self.pull_dense(specs, t, 'pull', lambda j, s: want_pull(j, s, t), t % 2 == 0)
+            outs = [self.outs_for(s) for s in specs]
+            pv = [self.value(dense_value(j, s[1], s[2], self.r, t + 10), s[3], t + 1)
                   for j, s in enumerate(specs)]
             if t % 2 == 0:
                 kv.pushpull([self.key(s[0]) for s in specs], pv, out=outs)
@@ -298,10 +336,9 @@ class Worker(object):
                 for s, v, o in zip(specs, pv, outs):
                     kv.pushpull(self.key(s[0]), v, out=o)
             for j, (s, o) in enumerate(zip(specs, outs)):
-                got = o.asnumpy()
-                check(got, dense_sum(j, s[1], s[2], n, t + 10),
-                      'pushpull %s round %d rep %d' % (s[0], t, self.rep))
-                self.d.add('pushpull %s %d' % (s[0], t), got)
+                self.check_outs(o, want_pushpull(j, s, t),
+                                'pushpull %s round %d rep %d' % (s[0], t, self.rep),
+                                'pushpull %s %d' % (s[0], t))
 
     def rsp(self):
         mx, kv, n, r = self.mx, self.kv, self.n, self.r
@@ -404,16 +441,16 @@ def main():
     if scenario == '2bit':
         kv.set_gradient_compression({'type': '2bit', 'threshold': THRESHOLD})
     local = None
-    if scenario == 'async':
+    if scenario in ('async', 'sgd'):
         kv.set_optimizer(mx.optimizer.SGD(learning_rate=LR))
-        if n == 1:
+        if n == 1 and scenario == 'async':
             local = mx.kv.create('local')
             local.set_optimizer(mx.optimizer.SGD(learning_rate=LR))
     digests = []
     for rep in range(repeats):
         w = Worker(mx, kv, rep, keys_str)
-        if scenario == 'sums':
-            w.sums()
+        if scenario in ('sums', 'sgd'):
+            w.sums(sgd=scenario == 'sgd')
         elif scenario == 'rsp':
             w.rsp()
         elif scenario == '2bit':
