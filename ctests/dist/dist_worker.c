@@ -9,7 +9,8 @@
  * (InitEx/PushEx/PullEx; argument `str`: a store uses one kind, as in MXNet), among them two
  * devices' values in one push and a key above MXNET_KVSTORE_BIGARRAY_BOUND, split over the
  * servers; Barrier; and errors: a pull of a key never inited and a push of an int32 array
- * give -1 and a message, and leave the store working.
+ * give -1 and a message, and leave the store working; a second dist store in the process,
+ * and one after the first was freed, give -1 and a message.
  *
  * Run by `make ctest-dist` with bindings/python/mxkv_launch.py (1 scheduler, 1 or 2
  * servers, 2 workers on 127.0.0.1, under `timeout`). By hand, after `make build`:
@@ -100,6 +101,13 @@ int main(int argc, char **argv) {
   const float n = (float)size, s = n * (n + 1) / 2; /* sum over ranks of (rank + 1) */
   float want[BIG];
 
+  /* one dist store per worker process (MXNet 1.9.1 waits forever in a second create) */
+  {
+    KVStoreHandle second = NULL;
+    CHECK_ERR(MXKVStoreCreate("dist_sync", &second), "already has a dist store");
+    CHECK(second == NULL);
+  }
+
   /* a key nobody inited: -1 and a message naming it */
   {
     NDArrayHandle o = make_f32(4, NULL);
@@ -160,6 +168,8 @@ int main(int argc, char **argv) {
 
   CHECK_OK(MXKVStoreBarrier(kv));
   CHECK_OK(MXKVStoreFree(kv)); /* barrier before exit; rank 0 stops the servers */
+  /* the node has finished: no new dist store in this process */
+  CHECK_ERR(MXKVStoreCreate("dist_sync", &kv), "has already finished");
   printf("DIST C OK %s keys, rank %d of %d\n", argv[1], rank, size);
   return 0;
 }
