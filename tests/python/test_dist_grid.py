@@ -14,6 +14,9 @@ leftovers killed by pid).
   the digest this file computes from the inputs alone. One cell also runs as 4 separate jobs.
 * ``sgd``: the same keys and rounds with ``set_optimizer(SGD(learning_rate=0.5))`` on sync
   stores: every pull and pushpull is w - 0.5 * (the sum of that step's pushes), exact.
+* ``rsp_sgd``: row_sparse keys ((6,3), and (41,7) split by rows) with SGD on sync and async
+  servers, each round's pushes leaving some rows out: 1 worker equals a local store at every
+  pull; sync pulls after each round and the async end equal w0 - 0.5 * (every pushed row).
 * ``async``: dist_async with ``set_optimizer(SGD(learning_rate=0.5))`` (MXNet sends only
   optimizers to dist servers; ``_set_updater`` stays local). With 1 worker the order is fixed:
   every pull after every push equals a local store running the same optimizer on the same
@@ -138,6 +141,16 @@ def test_async_several_workers_sum_every_update(workers, servers, keys):
     """the updates of every worker's pushes all land: w0 - lr * sum of every gradient"""
     digests = run_grid('async', workers, servers, keys)
     assert set(digests.values()) == {expected('async', workers)}
+
+
+@pytest.mark.parametrize('kvtype,workers,servers,keys', [
+    ('dist_sync', 1, 2, 'int'), ('dist_sync', 2, 2, 'str'), ('dist_sync', 4, 1, 'int'),
+    ('dist_async', 1, 1, 'str'), ('dist_async', 4, 2, 'int')])
+def test_row_sparse_with_sgd_on_the_servers(kvtype, workers, servers, keys):
+    """row_sparse pushes leaving rows out, SGD on the servers: only pushed rows move;
+    1 worker equals a local store, sync rounds and the async end are w0 - lr * rows pushed"""
+    digests = run_grid('rsp_sgd', workers, servers, keys, kvtype)
+    assert set(digests.values()) == {expected('rsp_sgd', workers)}
 
 
 def _need_mxnet():

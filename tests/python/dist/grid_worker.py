@@ -37,6 +37,12 @@ in float16, float32 and float64, whatever the order of additions):
             a real MXNet server's table, which becomes the pushed rows, stays whole) plus one
             row all of them push; after a barrier ``row_sparse_pull`` of all rows and of rows
             [0, 2, last] equal the row-wise sums.
+``rsp_sgd``  the two row_sparse keys of ``rsp`` with ``set_optimizer(SGD(learning_rate=0.5))``
+            on a sync or async store; each round every worker pushes some rows, leaving
+            some rows out (the optimizer updates only pushed rows). 1 worker: every pull
+            equals a local store with the same optimizer. Sync: every pull after a round is
+            w0 - 0.5 * (every row pushed so far). Async, several workers: that, after the
+            last round and a barrier.
 ``2bit``    dist_sync, ``set_gradient_compression({'type': '2bit', 'threshold': 0.5})``, no
             updater: float32 keys (5,7) (one server, pushed as two devices' values) and one
             above the bound (split, at least 16 values per server); after a barrier the
@@ -134,6 +140,23 @@ def rsp_sum(j, shape, n, t):
     return want.astype(np.float32)
 
 
+def rsp_sgd_rows(rows, n, r, t):
+    """with an updater: the rows worker r pushes in round t leave some rows out"""
+    own = {i for i in range(rows) if (i + t) % (n + 1) == r}
+    own.add(t % rows)
+    return sorted(own)
+
+
+def rsp_sgd_weights(j, shape, n, upto):
+    """the rows after rounds 0..upto-1 with SGD(lr): w0 - lr * (every pushed row)"""
+    w = init_value(j, shape, 'float32').astype(np.float64)
+    for t in range(upto):
+        for r in range(n):
+            rows = rsp_sgd_rows(shape[0], n, r, t)
+            w[rows] -= LR * rsp_data(j, shape, r, t, rows)
+    return w.astype(np.float32)
+
+
 def c2_grad(j, shape, r, t):
     """not dyadic: the residual's float32 rounding matters"""
     return (((_pattern(shape, 5 * r + 3 * t + j) % 9) - 4) * 0.3).astype(np.float32)
@@ -224,6 +247,9 @@ def expected_digest(scenario, n, rounds, b):
                 s = rsp_sum(j, shape, n, t)
                 d.add('rsp %s %d' % (name, t), s)
                 d.add('rsp rows %s %d' % (name, t), s[[0, 2, shape[0] - 1]])
+    elif scenario == 'rsp_sgd':
+        for j, (name, shape) in enumerate(rsp_specs(b)):
+            d.add('final %s' % name, rsp_sgd_weights(j, shape, n, rounds))
     elif scenario == '2bit':
         specs = c2_specs(b)
         for j, (name, shape, _) in enumerate(specs):
@@ -372,6 +398,44 @@ class Worker(object):
                     self.d.add('%s %s %d' % (tag, name, t), got[ids])
             kv._barrier()
 
+    def rsp_sgd(self, local):
+        """row_sparse keys with SGD on the servers (sync or async)"""
+        mx, kv, n, r = self.mx, self.kv, self.n, self.r
+        rsps = rsp_specs(self.b)
+        keys = [self.key(name) for name, _ in rsps]
+        for st in [kv] + ([local] if local is not None else []):
+            for j, (name, shape) in enumerate(rsps):
+                st.init(keys[j], mx.nd.sparse.row_sparse_array(
+                    (init_value(j, shape, 'float32'), np.arange(shape[0], dtype=np.int64)),
+                    shape=shape))
+
+        def pull(st, j, shape):
+            out = mx.nd.sparse.zeros('row_sparse', shape)
+            st.row_sparse_pull(keys[j], out=out,
+                               row_ids=mx.nd.array(list(range(shape[0])), dtype='int64'))
+            return out.asnumpy()
+
+        sync = 'async' not in kv.type
+        for t in range(self.rounds):
+            for j, (name, shape) in enumerate(rsps):
+                rows = rsp_sgd_rows(shape[0], n, r, t)
+                for st in [kv] + ([local] if local is not None else []):
+                    st.push(keys[j], mx.nd.sparse.row_sparse_array(
+                        (rsp_data(j, shape, r, t, rows), np.array(rows, np.int64)),
+                        shape=shape))
+                got = pull(kv, j, shape)     # after this worker's push was applied
+                what = 'rsp_sgd %s round %d rep %d' % (name, t, self.rep)
+                if local is not None:
+                    check(got, pull(local, j, shape), what + ' (against a local store)')
+                if sync:       # every worker's push of the round was applied
+                    check(got, rsp_sgd_weights(j, shape, n, t + 1), what)
+        kv._barrier()          # every worker's pushes were applied
+        for j, (name, shape) in enumerate(rsps):
+            got = pull(kv, j, shape)
+            check(got, rsp_sgd_weights(j, shape, n, self.rounds), 'rsp_sgd final ' + name)
+            self.d.add('final %s' % name, got)
+        kv._barrier()
+
     def c2(self):
         mx, kv, n, r = self.mx, self.kv, self.n, self.r
         specs = c2_specs(self.b)
@@ -441,9 +505,9 @@ def main():
     if scenario == '2bit':
         kv.set_gradient_compression({'type': '2bit', 'threshold': THRESHOLD})
     local = None
-    if scenario in ('async', 'sgd'):
+    if scenario in ('async', 'sgd', 'rsp_sgd'):
         kv.set_optimizer(mx.optimizer.SGD(learning_rate=LR))
-        if n == 1 and scenario == 'async':
+        if n == 1 and scenario in ('async', 'rsp_sgd'):
             local = mx.kv.create('local')
             local.set_optimizer(mx.optimizer.SGD(learning_rate=LR))
     digests = []
@@ -457,6 +521,8 @@ def main():
             w.c2()
         elif scenario == 'async':
             w.run_async(local)
+        elif scenario == 'rsp_sgd':
+            w.rsp_sgd(local)
         else:
             raise SystemExit('unknown T_SCENARIO %r' % scenario)
         digests.append(w.d.hex())
