@@ -101,6 +101,20 @@ def test_mixed_workers_on_real_mxnet_servers(real_mxnet, servers):
     assert '[worker 1] MIX SUMS OK mxkv rank 1 of 2' in out, out
 
 
+@pytest.mark.parametrize('real_nodes', [False, True])
+@pytest.mark.parametrize('real_rank', [0, 1])
+def test_mixed_workers_2bit_compressed_pushes(real_mxnet, real_rank, real_nodes):
+    """2-bit compression across the mix (rank 0, real or ours, tells the servers): four
+    rounds of compressed pushes of a key split over 2 servers; each worker quantises with
+    its own residual, every pulled value is the sum of both quantised pushes (our servers,
+    or real ones read after a barrier)"""
+    code, out = mixed('gc', 2, 2, [real_rank], real_nodes=real_nodes)
+    assert code == 0, out
+    check_nodes(out, 2, real_nodes)
+    for r in range(2):
+        assert '[worker %d] MIX GC OK %s rank %d' % (r, impl(r, [real_rank]), r) in out, out
+
+
 # --- 2. SGD with momentum on our servers ---------------------------------------------------
 
 ROUNDS = 5

@@ -10,6 +10,9 @@ cluster with workers of the other kind. T_CASE picks what it does:
   sgd      set_optimizer(SGD with momentum), init, T_ROUNDS rounds of push/pull; the pulled
            weights of every round go to T_OUT/w<rank>.npy (the test compares them with local
            stores fed the summed gradients). With T_SAFE=1, as in sums.
+  gc       2-bit gradient compression (threshold 0.5) on the split key over rounds: each
+           pulled value is the sum of every worker's quantised push, computed here with MXNet's
+           2-bit rule (residual per worker). T_SAFE=1 as in sums.
   command  the worker of rank T_SENDER sends T_PAYLOAD (a file holding a protocol-0 pickle)
            as command 0 (kController) to the servers; then every worker checks plain sums
            (no updater may have been installed).
@@ -101,6 +104,42 @@ elif CASE == 'sgd':
         read_done()
     np.save(os.path.join(os.environ['T_OUT'], 'w%d.npy' % r), np.stack(seen))
     print('MIX SGD DONE %s' % TAG)
+
+elif CASE == 'gc':
+    # every worker sets 2-bit compression (rank 0's call tells the servers); the split key's
+    # pushes are quantised on each worker with its own residual, the servers sum the
+    # dequantised values (no updater: the stored value is the round's sum)
+    th = 0.5
+    kv.set_gradient_compression({'type': '2bit', 'threshold': th})
+    kv.init(K(8), mx.nd.zeros(IRREGULAR))
+    base = ((np.arange(105) % 7) - 3).astype(np.float32).reshape(IRREGULAR)
+    res = [np.zeros(IRREGULAR, np.float32) for _ in range(n)]
+
+    def quantised(rank, t):
+        """MXNet's 2-bit kernel on worker `rank`'s residual (float32 throughout)"""
+        g = base * np.float32(0.3 * (rank + 1)) + np.float32(0.1 * t)
+        res[rank] += g
+        q = np.zeros(IRREGULAR, np.float32)
+        up, down = res[rank] >= th, res[rank] <= -th
+        q[up], q[down] = th, -th
+        res[rank][up] -= np.float32(th)
+        res[rank][down] += np.float32(th)
+        return g, q
+
+    for t in range(4):
+        want = np.zeros(IRREGULAR, np.float32)
+        for rr in range(n):
+            g, q = quantised(rr, t)
+            want += q
+            if rr == r:
+                mine = g
+        kv.push(K(8), f32(mine))
+        round_end_then_read()
+        o = mx.nd.zeros(IRREGULAR)
+        kv.pull(K(8), out=o)
+        assert np.array_equal(o.asnumpy(), want), (t, o.asnumpy().ravel()[:8], want.ravel()[:8])
+        read_done()
+    print('MIX GC OK %s' % TAG)
 
 elif CASE == 'command':
     if r == int(os.environ['T_SENDER']):
