@@ -92,7 +92,7 @@ def rsp_specs(b):
 
 def c2_specs(b):
     """(name, shape, devices) of the compressed float32 keys"""
-    return [('c_small', (5, 7), 2), ('c_big', (b // 8 + 3, 8), 1)]
+    return [('c_small', (5, 7), 2), ('c_big', (b // 7 + 3, 7), 1)]
 
 
 def _pattern(shape, salt):
