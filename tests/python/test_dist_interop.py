@@ -90,6 +90,20 @@ def test_mixed_workers_on_our_servers_sum_exactly(real_mxnet, real_rank, servers
         assert '[worker %d] MIX SUMS OK %s rank %d of 2' % (r, impl(r, [real_rank]), r) in out, out
 
 
+@pytest.mark.parametrize('real_rank', [0, 1])
+def test_mixed_workers_dist_device_sync_and_row_sparse(real_mxnet, real_rank):
+    """the mix on dist_device_sync (sums as above, 2 servers), and row_sparse pushes with
+    row_sparse_pull on dist_sync (sums of the pushed rows)"""
+    code, out = mixed('sums', 2, 2, [real_rank], env={'T_KVTYPE': 'dist_device_sync'})
+    assert code == 0, out
+    for r in range(2):
+        assert '[worker %d] MIX SUMS OK %s rank %d of 2' % (r, impl(r, [real_rank]), r) in out, out
+    code, out = mixed('rsp', 2, 2, [real_rank])
+    assert code == 0, out
+    for r in range(2):
+        assert '[worker %d] MIX RSP OK %s rank %d' % (r, impl(r, [real_rank]), r) in out, out
+
+
 @pytest.mark.parametrize('servers', [1, 2])
 def test_mixed_workers_on_real_mxnet_servers(real_mxnet, servers):
     """the same mix with a real MXNet scheduler and real servers: sums read after a barrier
