@@ -4,8 +4,8 @@
 leftovers killed by pid).
 
 * ``sums``: {1, 2, 4 workers} x {1, 2 servers} x {int, str keys} on dist_sync, plus 3 x 3,
-  and three of those cells on dist_device_sync: float32 (two devices' values), float64,
-  float16 keys, keys above MXNET_KVSTORE_BIGARRAY_BOUND (set to 200, so they are split over
+  and four cells on dist_device_sync / dist_sync_device: float32 (two devices' values),
+  float64, float16 keys, keys above MXNET_KVSTORE_BIGARRAY_BOUND (set to 200, so they are split over
   every server) in float32, float16 and float64, irregular shapes (3,7,5) and (5,7,6) (the latter split);
   three rounds of push + pull and pushpull with per-worker, per-round values that are
   multiples of 1/4, so every sum is exact in every dtype. Each worker checks every pulled
@@ -103,6 +103,7 @@ def expected(scenario, workers):
 
 GRID = [('dist_sync', w, s, k) for w in (1, 2, 4) for s in (1, 2) for k in ('int', 'str')]
 GRID += [('dist_sync', 3, 3, 'int'),                 # splits into thirds
+         ('dist_sync_device', 2, 2, 'str'),
          ('dist_device_sync', 1, 2, 'str'), ('dist_device_sync', 2, 1, 'int'),
          ('dist_device_sync', 4, 2, 'int')]
 

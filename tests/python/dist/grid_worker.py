@@ -10,13 +10,13 @@ Environment: ``T_LIB`` (mxnet|mxkv), ``T_SCENARIO`` (below), ``T_KVTYPE`` (store
 fresh keys; default 4), ``T_ROUNDS`` (default 3), ``MXNET_KVSTORE_BIGARRAY_BOUND`` (the
 "big" keys are made just above it, so they are split over every server).
 
-Scenarios (every value is a multiple of 1/8 small enough that every sum and update is exact
-in float16, float32 and float64, whatever the order of additions):
+Scenarios (values are multiples of 1/8, small enough that every sum and update is exact in
+float16, float32 and float64 whatever the order of additions, except where said):
 
 ``sums``    dist_sync / dist_device_sync, no updater. Keys: float32 (pushed as two devices'
             values), float64, float16, a float32, a float16 and a float64 key above the
-            big-array bound, irregular shapes (3,7,5) and (5,7,9) (the second split at an odd
-            boundary). Each round: push every key, pull every key (one call per key on odd
+            big-array bound, irregular shapes (3,7,5) and (5,7,b//35+1) (the second split at
+            an odd boundary). Each round: push every key, pull every key (one call per key on odd
             rounds, one multi-key call on even rounds), then pushpull every key; the
             two-device key is pushed, pushpulled and pulled as two devices' arrays (outputs
             on cpu(0) and cpu(1)). Each pulled array must equal the numpy sum of what the
@@ -31,13 +31,13 @@ in float16, float32 and float64, whatever the order of additions):
             each key) and a barrier, the weights equal w0 - 0.5 * (sum of every gradient).
 ``rsp``     dist_sync, no updater, read only after barriers (what a real MXNet server's race
             cannot change): the dense keys of ``sums`` pushed, then after ``kv._barrier()``
-            pulled; two float32 row_sparse keys ((6,3) and (40,7), the second split by rows
-            over the servers) initialised with all their rows; each round every worker pushes
+            pulled; two float32 row_sparse keys ((6,3) and (b//5+1,7), the second split by
+            rows over the servers) initialised with all their rows; each round every worker pushes
             a subset of the rows such that the workers' subsets together cover every row (so
             a real MXNet server's table, which becomes the pushed rows, stays whole) plus one
             row all of them push; after a barrier ``row_sparse_pull`` of all rows and of rows
             [0, 2, last] equal the row-wise sums.
-``rsp_sgd``  the two row_sparse keys of ``rsp`` with ``set_optimizer(SGD(learning_rate=0.5))``
+``rsp_sgd`` the two row_sparse keys of ``rsp`` with ``set_optimizer(SGD(learning_rate=0.5))``
             on a sync or async store; each round every worker pushes some rows, leaving
             some rows out (the optimizer updates only pushed rows). 1 worker: every pull
             equals a local store with the same optimizer. Sync: every pull after a round is
@@ -45,10 +45,11 @@ in float16, float32 and float64, whatever the order of additions):
             last round and a barrier.
 ``2bit``    dist_sync, ``set_gradient_compression({'type': '2bit', 'threshold': 0.5})``, no
             updater: float32 keys (5,7) (one server, pushed as two devices' values) and one
-            above the bound (split, at least 16 values per server); after a barrier the
-            pulled value equals the sum over workers of the dequantized pushes, simulated here
-            in numpy float32 (residual += g; >= t sends +t, <= -t sends -t, residual keeps the
-            rest).
+            (b//7+3,7) above the bound (split, at least 16 values per server, not a multiple
+            of 16); gradients are multiples of 0.3 (not exact: the residuals' float32 rounding
+            counts); after a barrier the pulled value equals the sum over workers of the
+            dequantized pushes, simulated here in numpy float32 (residual += g; >= t sends
+            +t, <= -t sends -t, the residual keeps the rest).
 
 Output (the launcher prefixes ``[worker R] ``): one ``DIGEST <scenario> <rep> <sha256>`` line
 per repeat (of every array pulled, its dtype and shape), then ``GRID OK <scenario> rank R of
