@@ -8,10 +8,11 @@ leftovers killed by pid).
   float64, float16 keys, keys above MXNET_KVSTORE_BIGARRAY_BOUND (set to 200, so they are
   split over every server) in float32, float16 and float64, irregular shapes (3,7,5) and
   (5,7,6) (the latter split); three rounds of push + pull and pushpull with per-worker,
-  per-round values that are multiples of 1/4, so every sum is exact in every dtype. Each worker checks every pulled
-  array against the numpy sum and prints a sha256 digest of what it pulled; the whole scenario
-  runs 4 times per job (fresh keys each time) and the digests must be identical, and equal to
-  the digest this file computes from the inputs alone. One cell also runs as 4 separate jobs.
+  per-round values that are multiples of 1/4, so every sum is exact in every dtype. Each
+  worker checks every pulled array against the numpy sum and prints a sha256 digest of what
+  it pulled; the whole scenario runs 4 times per job (fresh keys each time) and the digests
+  must be identical, and equal to the digest this file computes from the inputs alone. One
+  cell also runs as 4 separate jobs.
 * ``sgd``: the same keys and rounds with ``set_optimizer(SGD(learning_rate=0.5))`` on sync
   stores: every pull and pushpull is w - 0.5 * (the sum of that step's pushes), exact.
 * ``rsp_sgd``: row_sparse keys ((6,3), and (41,7) split by rows) with SGD on sync and async
