@@ -78,10 +78,10 @@ _DIGEST = re.compile(r'^\[worker (\d+)\] DIGEST (\w+) (\d+) ([0-9a-f]{64})$', re
 
 
 def run_grid(scenario, workers, servers, keys='int', kvtype=None, lib='mxkv',
-             repeats=REPEATS, timeout=120):
+             repeats=REPEATS, timeout=120, bound=BOUND):
     """Runs grid_worker.py; {rank: digest}, after checking every worker's lines."""
     env = {'T_SCENARIO': scenario, 'T_KEYS': keys, 'T_LIB': lib, 'T_REPEATS': str(repeats),
-           'T_ROUNDS': str(ROUNDS), 'MXNET_KVSTORE_BIGARRAY_BOUND': str(BOUND)}
+           'T_ROUNDS': str(ROUNDS), 'MXNET_KVSTORE_BIGARRAY_BOUND': str(bound)}
     if kvtype:
         env['T_KVTYPE'] = kvtype
     code, out = launch('grid_worker.py', workers, servers, env, timeout=timeout,
@@ -98,8 +98,8 @@ def run_grid(scenario, workers, servers, keys='int', kvtype=None, lib='mxkv',
     return digests
 
 
-def expected(scenario, workers):
-    return grid_worker.expected_digest(scenario, workers, ROUNDS, BOUND)
+def expected(scenario, workers, bound=BOUND):
+    return grid_worker.expected_digest(scenario, workers, ROUNDS, bound)
 
 
 GRID = [('dist_sync', w, s, k) for w in (1, 2, 4) for s in (1, 2) for k in ('int', 'str')]
@@ -114,6 +114,12 @@ def test_exact_sums_grid(kvtype, workers, servers, keys):
     """every pulled and pushpulled value is the exact sum; 4 repeats in the job agree"""
     digests = run_grid('sums', workers, servers, keys, kvtype)
     assert set(digests.values()) == {expected('sums', workers)}
+
+
+def test_exact_sums_with_keys_above_the_default_bound():
+    """MXNet's default bound (10^6 values): the big keys are 4-8 MB, split over 2 servers"""
+    digests = run_grid('sums', 2, 2, 'int', 'dist_sync', repeats=1, bound=1000000)
+    assert set(digests.values()) == {expected('sums', 2, 1000000)}
 
 
 def test_the_same_cluster_launched_four_times_pulls_the_same():
