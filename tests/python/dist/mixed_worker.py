@@ -1,4 +1,4 @@
-"""A dist_sync worker of tests/python/test_dist_interop.py that runs as a real MXNet 1.9.1
+"""A dist worker of tests/python/test_dist_interop.py that runs as a real MXNet 1.9.1
 worker (T_IMPL=mxnet: `import mxnet`) or as ours (T_IMPL=mxkv: `import mxkv`), in one
 cluster with workers of the other kind. T_CASE picks what it does:
 
@@ -21,7 +21,8 @@ cluster with workers of the other kind. T_CASE picks what it does:
   two      a second dist_sync store in this process (T_IMPL=mxkv): a refusal's text goes
            to the output; every store that exists (each with its own keys) sums right.
 
-The store type is T_KVTYPE (default dist_sync). Rank r is the worker with DMLC_TASK_ID r (mxkv-launch pins ports in rank order).
+The store type is T_KVTYPE (default dist_sync). Rank r is the worker with DMLC_TASK_ID r
+(mxkv-launch pins ports in rank order).
 """
 import os
 import sys
@@ -46,7 +47,9 @@ TAG = '%s rank %d' % (os.environ['T_IMPL'], r)
 
 
 def answered():
-    """Every push of this worker answered (then its round is complete on the servers)."""
+    """A real MXNet worker: every push of it answered (its engine runs pushes
+    asynchronously; an answer means the round is complete on the servers). Ours needs
+    nothing: its pull of a key waits for the answer to its earlier push of the key."""
     mx.nd.waitall()
 
 
