@@ -18,28 +18,13 @@ import uuid
 import pytest
 
 from conftest import BINDINGS, REPO
+from distproc import tagged as _tagged
 
 LAUNCH = os.path.join(BINDINGS, 'mxkv_launch.py')
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist')
 PY = sys.executable
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='needs Linux /proc')
-
-
-def _tagged(tag):
-    """pids of the processes whose environment holds MXKV_TEST_TAG=tag"""
-    want = ('MXKV_TEST_TAG=%s' % tag).encode()
-    pids = []
-    for d in os.listdir('/proc'):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open('/proc/%s/environ' % d, 'rb') as f:
-                if want in f.read().split(b'\0'):
-                    pids.append(int(d))
-        except OSError:
-            pass
-    return pids
 
 
 def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=None,

@@ -1,0 +1,60 @@
+"""A dist worker for tests/python/test_dist_faults.py.
+
+Runs T_ROUNDS rounds (T_ROUNDS_<rank> for this rank, if set) of: push two keys (key 3,
+and key 99, which is split over the servers), print ``rank R round T pushed``, pull both and
+check the exact sums over the workers, print ``rank R round T done``. Every line is flushed
+at once: the test synchronises on them. With T_WAIT_AFTER=T the worker reads one line from
+stdin after round T (the test's go-ahead) before going on. A failed round prints ``rank R
+round failed: <error>``. Then the worker closes the store (barrier, shutdown) and prints
+``rank R closed``, or ``rank R close failed: <error>`` and exits 1 (2 when only a round
+failed).
+"""
+import os
+import sys
+
+import mxkv as mx
+
+
+def say(text):
+    print(text, flush=True)
+
+
+kv = mx.kv.create(os.environ.get('T_KVTYPE', 'dist_sync'))
+r, n = kv.rank, kv.num_workers
+say('rank %d of %d started pid %d' % (r, n, os.getpid()))
+rounds = int(os.environ.get('T_ROUNDS_%d' % r, os.environ.get('T_ROUNDS', '3')))
+wait_after = int(os.environ.get('T_WAIT_AFTER', '-1'))
+bound = int(os.environ.get('MXNET_KVSTORE_BIGARRAY_BOUND', '1000000'))
+shape, big = (4, 3), (bound // 10 + 7, 10)
+kv.init(3, mx.nd.zeros(shape))
+kv.init(99, mx.nd.zeros(big))
+failed = False
+try:
+    for t in range(rounds):
+        kv.push(3, mx.nd.ones(shape) * (r + 1) * (t + 1))
+        kv.push(99, mx.nd.ones(big) * (r + 1) * (t + 1))
+        say('rank %d round %d pushed' % (r, t))
+        want = (t + 1) * n * (n + 1) // 2
+        for key, s in ((3, shape), (99, big)):
+            out = mx.nd.zeros(s)
+            kv.pull(key, out=out)
+            got = out.asnumpy()
+            assert (got == want).all(), (r, t, key, got.ravel()[:4], want)
+        say('rank %d round %d done' % (r, t))
+        if t == wait_after:
+            say('rank %d waiting' % r)
+            line = sys.stdin.readline()
+            assert line.strip() == 'go', repr(line)
+except mx.base.MXNetError as e:
+    say('rank %d round failed: %s' % (r, e))
+    failed = True
+# what MXNet's KVStoreDist destructor does: the workers' barrier, rank 0 stops the servers,
+# the node finalizes; after a failure it must fail too, naming the same cause
+try:
+    kv.close()
+except mx.base.MXNetError as e:
+    say('rank %d close failed: %s' % (r, e))
+    sys.exit(1)
+if failed:
+    sys.exit(2)
+say('rank %d closed' % r)

@@ -1,0 +1,25 @@
+"""Process helpers shared by the dist tests that start real OS processes
+(test_dist.py, test_dist_faults.py).
+
+Every process a test starts carries a unique tag in its environment
+(``MXKV_TEST_TAG=<tag>``); :func:`tagged` finds the ones still alive through
+/proc, so that a test can report and kill, by pid, anything its nodes left
+behind.
+"""
+import os
+
+
+def tagged(tag):
+    """pids of the processes whose environment holds MXKV_TEST_TAG=tag"""
+    want = ('MXKV_TEST_TAG=%s' % tag).encode()
+    pids = []
+    for d in os.listdir('/proc'):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open('/proc/%s/environ' % d, 'rb') as f:
+                if want in f.read().split(b'\0'):
+                    pids.append(int(d))
+        except OSError:
+            pass
+    return pids
