@@ -32,7 +32,11 @@ impl Customer for KvWorker {
     }
 
     fn on_peer_lost(&self, peer: i32, err: &Error) {
-        self.fail_peer(Some(peer), err);
+        // A lost server fails every pending request, not only those waiting
+        // for it: its keys are gone and the job cannot go on (a sync round on
+        // another server would wait for workers that fail on this loss).
+        let is_server = peer >= 8 && peer % 2 == 0;
+        self.fail_peer(if is_server { None } else { Some(peer) }, err);
     }
 }
 
@@ -104,8 +108,12 @@ pub fn server_for(po: &Postoffice) -> KvServer {
 
 /// Runs `server` until a worker sends `kStopServer` (MXNet's
 /// `KVStoreDistServer::Run`): commands, the controller and the updater run
-/// on this thread; sync rounds that wait longer than the node's deadline
-/// fail. The caller then finalizes the node.
+/// on this thread; sync rounds that wait longer than 4/5 of the node's
+/// deadline fail. The caller then finalizes the node.
+///
+/// Beyond MXNet (whose server then waits forever): once every worker is
+/// lost, nobody is left to send `kStopServer`, and `serve` fails naming
+/// every peer lost, in order (the first is the cause).
 pub fn serve(
     po: &Arc<Postoffice>,
     server: &mut KvServer,
@@ -124,8 +132,13 @@ pub fn serve(
         }),
     );
     let out = PostofficeTransport(Arc::downgrade(po));
-    let timeout = po.config().timeout;
-    let tick = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    // A round fails before the waiting workers' own deadline (the node's
+    // deadline, counted from their push), so that they hear from the server
+    // which worker did not push rather than only that it did not answer.
+    let timeout = po.config().timeout * 4 / 5;
+    let tick = (timeout / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    // Every peer lost so far, in order (the first is the cause).
+    let mut lost: Vec<(i32, Error)> = Vec::new();
     let r = loop {
         match rx.recv_timeout(tick) {
             Ok(ServerEvent::Message(m)) => {
@@ -133,7 +146,21 @@ pub fn serve(
                     break Ok(());
                 }
             }
-            Ok(ServerEvent::PeerLost(id, e)) => shared.lock().on_peer_lost(id, &e, &out),
+            Ok(ServerEvent::PeerLost(id, e)) => {
+                shared.lock().on_peer_lost(id, &e, &out);
+                if !lost.iter().any(|(p, _)| *p == id) {
+                    lost.push((id, e));
+                }
+                let is_worker = |id: i32| id >= 9 && id % 2 == 1;
+                if lost.iter().filter(|(p, _)| is_worker(*p)).count() >= cfg.num_workers {
+                    let why: Vec<&str> = lost.iter().map(|(_, e)| e.message()).collect();
+                    break Err(Error::peer_lost(format!(
+                        "server {}: every worker is gone, nobody is left to serve: {}",
+                        cfg.rank,
+                        why.join("; ")
+                    )));
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 break Err(Error::peer_lost(format!(

@@ -482,14 +482,10 @@ impl Postoffice {
             if let Some(e) = &st.fatal {
                 return Err(e.clone());
             }
-            // The scheduler carries every barrier; a lost member of the group
+            // The scheduler carries every barrier, and it ends the job as soon
+            // as it loses any node: a lost peer, member of the group or not,
             // means the barrier cannot complete.
-            let mut lost: Vec<i32> = st
-                .lost
-                .keys()
-                .copied()
-                .filter(|id| *id == 1 || members.contains(id))
-                .collect();
+            let mut lost: Vec<i32> = st.lost.keys().copied().collect();
             if !lost.is_empty() {
                 lost.sort_unstable();
                 let why: Vec<&str> = lost.iter().map(|id| st.lost[id].message()).collect();
