@@ -408,13 +408,18 @@ impl WorkerSide {
             || vids
                 .iter()
                 .any(|id| self.info(*id).stype != StorageType::Default);
-        if sparse || self.compressed.load(Ordering::Acquire) {
-            // MXNet's rule: push, then pull
-            let reduced = self.reduce(&vids, vals)?;
-            let items: Vec<(i32, &NDArray)> = reduced.iter().map(|(k, v)| (*k, v)).collect();
-            self.w.push(&items)?;
-            return self.pull_ids(&oids, outs, false);
-        }
+        // MXNet's dist PushPull refuses both (kvstore_dist.h), but only when
+        // it reaches the key, after earlier keys went out; refused here
+        // before anything is sent.
+        ensure!(
+            !self.compressed.load(Ordering::Acquire),
+            "Compression not supported with PushPull: push, then pull"
+        );
+        ensure!(
+            !sparse,
+            "Expected push_stype and pull_stype of value to be kDefaultStorage: \
+             a dist store's pushpull takes dense values and outputs (push, then row_sparse_pull)"
+        );
         let reduced = self.reduce(&vids, vals)?;
         // per pushed key: the value, the output pulled into (the first of
         // the key's outputs that fits, else a new array), the other outputs
@@ -844,6 +849,91 @@ mod tests {
             // each worker sent kController once
             assert_eq!(s.join().unwrap().unwrap(), vec![0, 0]);
         }
+        sched.join().unwrap();
+    }
+
+    /// MXNet's dist PushPull refuses compressed and row_sparse values; ours
+    /// refuses them before anything is pushed, so the stored values stay.
+    #[test]
+    fn pushpull_refuses_compression_and_row_sparse_and_pushes_nothing() {
+        let cfg = |role, port| Config::local(role, port, 1, 1, Duration::from_secs(30));
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+        let port = sched.port();
+        let at = |role| cfg(role, port);
+        let server = {
+            let c = at(Role::Server);
+            std::thread::spawn(move || -> Result<()> {
+                let s = DistStore::new(b"dist_sync".to_vec(), c)?;
+                s.run_server(&mut |_, _| {})
+            })
+        };
+        let s = DistStore::new(b"dist_sync".to_vec(), at(Role::Worker)).unwrap();
+        let rsp = |rows: &[i64], v: f32| {
+            let data = NDArray::from_bytes(
+                Shape(vec![rows.len() as i64, 2]),
+                DType::F32,
+                Context::CPU0,
+                bytemuck::cast_slice(&vec![v; rows.len() * 2]),
+            )
+            .unwrap();
+            NDArray::row_sparse(Shape(vec![6, 2]), Context::CPU0, data, rows).unwrap()
+        };
+        let all: Vec<i64> = (0..6).collect();
+        s.init(Keys::Int(&[3, 4]), &[f32s(&[1.0; 4]), rsp(&all, 1.0)])
+            .unwrap();
+        let e = s
+            .push_pull(
+                Keys::Int(&[4]),
+                &[rsp(&[1, 4], 3.0)],
+                Keys::Int(&[4]),
+                &[rsp(&[], 0.0)],
+                0,
+            )
+            .unwrap_err();
+        assert!(e.message().contains("kDefaultStorage"), "{}", e.message());
+        let out = rsp(&[], 0.0);
+        let ids = NDArray::from_bytes(
+            Shape(vec![6]),
+            DType::I64,
+            Context::CPU0,
+            bytemuck::cast_slice(&all),
+        )
+        .unwrap();
+        s.pull_row_sparse(
+            Keys::Int(&[4]),
+            std::slice::from_ref(&out),
+            std::slice::from_ref(&ids),
+            0,
+        )
+        .unwrap();
+        let dense = NDArray::zeros(Shape(vec![6, 2]), DType::F32, Context::CPU0).unwrap();
+        dense.copy_from(&out).unwrap();
+        assert_eq!(dense.to_f64_vec(), vec![1.0; 12]);
+        let params: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"type".to_vec(), b"2bit".to_vec()),
+            (b"threshold".to_vec(), b"0.5".to_vec()),
+        ];
+        s.set_gradient_compression(&params).unwrap();
+        let o = f32s(&[0.0; 4]);
+        let e = s
+            .push_pull(
+                Keys::Int(&[3]),
+                &[f32s(&[0.7; 4])],
+                Keys::Int(&[3]),
+                std::slice::from_ref(&o),
+                0,
+            )
+            .unwrap_err();
+        assert!(
+            e.message().contains("Compression not supported"),
+            "{}",
+            e.message()
+        );
+        s.pull(Keys::Int(&[3]), std::slice::from_ref(&o), 0, true)
+            .unwrap();
+        assert_eq!(o.to_f64_vec(), vec![1.0; 4]);
+        s.close().unwrap();
+        server.join().unwrap().unwrap();
         sched.join().unwrap();
     }
 
