@@ -6,12 +6,13 @@
 use super::keys::{server_range, Command};
 use super::kv::{node_name, server_id, worker_id, Transport};
 use super::message::Message;
-use super::server::{KvServer, ServerConfig, ServerEvent, ServerUpdater};
+use super::server::{KvServer, ServerConfig, ServerEvent};
 use super::worker::{KvWorker, WorkerConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::{Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
+use crate::store::Updater;
 use half::f16;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -73,9 +74,9 @@ impl Transport for Port {
 }
 
 /// `stored -= lr * recv` (float32): the updater the test controller installs.
-pub(super) fn sgd(lr: f32) -> Arc<dyn ServerUpdater> {
+pub(super) fn sgd(lr: f32) -> Arc<dyn Updater> {
     Arc::new(
-        move |_key: i32, recv: &NDArray, stored: &NDArray| -> Result<()> {
+        move |_key: i32, _: Option<&[u8]>, recv: &NDArray, stored: &NDArray| -> Result<()> {
             if recv.dtype() != DType::F32 {
                 return Err(Error::usage("test sgd: float32 only"));
             }

@@ -191,7 +191,11 @@ mod tests {
                     let mut controller = |_: i32, body: &[u8]| -> Result<()> {
                         let lr: f32 = String::from_utf8_lossy(body).parse().unwrap();
                         slot.set(Some(Arc::new(
-                            move |_: i32, g: &NDArray, w: &NDArray| -> Result<()> {
+                            move |_: i32,
+                                  _: Option<&[u8]>,
+                                  g: &NDArray,
+                                  w: &NDArray|
+                                  -> Result<()> {
                                 let g = g.read().typed::<f32>().to_vec();
                                 for (w, g) in w.write().typed_mut::<f32>().iter_mut().zip(g) {
                                     *w -= lr * g;
