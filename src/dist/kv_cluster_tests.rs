@@ -13,6 +13,7 @@ use crate::ndarray::dtype::DType;
 use crate::ndarray::{Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
 use crate::store::Updater;
+use crate::test_util::f32s;
 use half::f16;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -251,16 +252,6 @@ impl Cluster {
             })
             .collect()
     }
-}
-
-fn f32s(v: &[f32]) -> NDArray {
-    NDArray::from_bytes(
-        Shape(vec![v.len() as i64]),
-        DType::F32,
-        Context::CPU0,
-        bytemuck::cast_slice(v),
-    )
-    .unwrap()
 }
 
 fn shaped(shape: &[i64], dtype: DType, vals: &[f64]) -> NDArray {

@@ -753,23 +753,7 @@ impl KvStore for DistStore {
 mod tests {
     use super::*;
     use crate::ndarray::Context;
-    use std::time::Duration;
-
-    fn f32s(v: &[f32]) -> NDArray {
-        NDArray::from_bytes(
-            Shape(vec![v.len() as i64]),
-            DType::F32,
-            Context::CPU0,
-            bytemuck::cast_slice(v),
-        )
-        .unwrap()
-    }
-
-    fn cfg(role: Role, port: u16) -> Config {
-        let mut c = Config::local(role, port, 2, 2, Duration::from_secs(30));
-        c.bigarray_bound = 10;
-        c
-    }
+    use crate::test_util::{cluster_cfg as cfg, f32s};
 
     /// 2 workers x 2 servers in one process over ZeroMQ on 127.0.0.1, all
     /// through `KvStore`: string keys, several devices' values reduced on

@@ -407,20 +407,7 @@ fn dense_inputs(key: &CommKey, vals: &[&NDArray]) -> Result<Vec<NDArray>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn arr(v: &[f32]) -> NDArray {
-        NDArray::from_bytes(
-            Shape(vec![v.len() as i64]),
-            DType::F32,
-            Context::CPU0,
-            bytemuck::cast_slice(v),
-        )
-        .unwrap()
-    }
-
-    fn get(a: &NDArray) -> Vec<f32> {
-        a.read().typed::<f32>().to_vec()
-    }
+    use crate::test_util::{f32s as arr, values as get};
 
     #[test]
     fn sums_in_each_comms_order_and_sends_arrays_of_their_own() {

@@ -491,21 +491,8 @@ mod tests {
     use super::*;
     use crate::ndarray::dtype::DType;
     use crate::ndarray::Shape;
+    use crate::test_util::{f32s as arr, values as get};
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    fn arr(v: &[f32]) -> NDArray {
-        NDArray::from_bytes(
-            Shape(vec![v.len() as i64]),
-            DType::F32,
-            Context::CPU0,
-            bytemuck::cast_slice(v),
-        )
-        .unwrap()
-    }
-
-    fn get(a: &NDArray) -> Vec<f32> {
-        a.read().typed::<f32>().to_vec()
-    }
 
     fn pull1(s: &LocalStore, k: i32, n: usize) -> Vec<f32> {
         let out = arr(&vec![0.0; n]);
