@@ -1,6 +1,9 @@
 //! The key-value store behind the C API. [`KvStore`] is the one interface
-//! the C layer calls; `local`/`device` stores implement it here, and the
-//! distributed store will implement it too.
+//! the C layer calls; the `local`/`device` store ([`local`]) implements it
+//! here, over the key table ([`table`]) and MXNet's communicator
+//! ([`comm`]), and the distributed store (`crate::dist::store`) implements
+//! it too, reducing with the same communicator. [`Updater`] is the one
+//! update-function trait of stores and KV servers.
 #![forbid(unsafe_code)]
 
 pub mod comm;
