@@ -14,5 +14,7 @@ pub mod ndarray;
 pub mod psenv;
 pub mod registry;
 pub mod store;
+#[cfg(test)]
+mod test_util;
 
 pub mod capi;

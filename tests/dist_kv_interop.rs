@@ -15,10 +15,10 @@ use mxkv::dist::kv_node::{serve, server_for};
 use mxkv::dist::message::Role;
 use mxkv::dist::postoffice::Postoffice;
 use mxkv::dist::scheduler;
-use mxkv::dist::server::ServerUpdater;
 use mxkv::error::{Error, Result};
 use mxkv::ndarray::dtype::DType;
 use mxkv::ndarray::{NDArray, StorageType};
+use mxkv::store::Updater;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -76,34 +76,36 @@ fn sgd_lr(body: &[u8]) -> Result<f32> {
 }
 
 /// `w = 1 * w - lr * g` in float32 (dense, or the rows of a row_sparse `g`).
-fn sgd(lr: f32) -> Arc<dyn ServerUpdater> {
-    Arc::new(move |_key: i32, g: &NDArray, w: &NDArray| -> Result<()> {
-        if g.dtype() != DType::F32 {
-            return Err(Error::usage("test sgd: float32 only"));
-        }
-        let step = |w: &mut [f32], g: &[f32]| {
-            for (w, g) in w.iter_mut().zip(g) {
-                *w = 1.0 * *w - lr * g;
+fn sgd(lr: f32) -> Arc<dyn Updater> {
+    Arc::new(
+        move |_: i32, _: Option<&[u8]>, g: &NDArray, w: &NDArray| -> Result<()> {
+            if g.dtype() != DType::F32 {
+                return Err(Error::usage("test sgd: float32 only"));
             }
-        };
-        if g.stype() == StorageType::RowSparse {
-            let (gp, wp) = (g.parts()?, w.parts()?);
-            let u = g.row_len();
-            let gd = gp.data.read().typed::<f32>().to_vec();
-            let mut wd = wp.data.write();
-            for (k, &r) in g.rsp_indices()?.iter().enumerate() {
-                let r = r as usize;
-                step(
-                    &mut wd.typed_mut::<f32>()[r * u..(r + 1) * u],
-                    &gd[k * u..(k + 1) * u],
-                );
+            let step = |w: &mut [f32], g: &[f32]| {
+                for (w, g) in w.iter_mut().zip(g) {
+                    *w = 1.0 * *w - lr * g;
+                }
+            };
+            if g.stype() == StorageType::RowSparse {
+                let (gp, wp) = (g.parts()?, w.parts()?);
+                let u = g.row_len();
+                let gd = gp.data.read().typed::<f32>().to_vec();
+                let mut wd = wp.data.write();
+                for (k, &r) in g.rsp_indices()?.iter().enumerate() {
+                    let r = r as usize;
+                    step(
+                        &mut wd.typed_mut::<f32>()[r * u..(r + 1) * u],
+                        &gd[k * u..(k + 1) * u],
+                    );
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let gd = g.read().typed::<f32>().to_vec();
-        step(w.write().typed_mut::<f32>(), &gd);
-        Ok(())
-    })
+            let gd = g.read().typed::<f32>().to_vec();
+            step(w.write().typed_mut::<f32>(), &gd);
+            Ok(())
+        },
+    )
 }
 
 /// Runs `script` on `workers` real MXNet workers against our scheduler and

@@ -544,7 +544,9 @@ pub unsafe extern "C" fn MXKVStorePushPullEx(
 type IntFn = unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void);
 
 /// An updater made of C callbacks. Each call hands the callee two new
-/// handles (`recv`, `local`) that the callee owns and frees.
+/// handles (`recv`, `local`) that the callee owns and frees. The callbacks
+/// return nothing: a panic on the way (none is expected) becomes the error of
+/// the push that ran the update.
 struct CUpdater {
     int_fn: IntFn,
     str_fn: MXKVStoreStrUpdater,
@@ -553,20 +555,46 @@ struct CUpdater {
 }
 
 impl Updater for CUpdater {
-    fn update(&self, key: i32, str_key: Option<&[u8]>, recv: &NDArray, local: &NDArray) {
-        let r = new_handle(recv.clone());
-        let l = new_handle(local.clone());
+    fn update(
+        &self,
+        key: i32,
+        str_key: Option<&[u8]>,
+        recv: &NDArray,
+        local: &NDArray,
+    ) -> Result<()> {
         let user = self.user as *mut c_void;
-        match (str_key, self.str_fn) {
-            (Some(s), Some(f)) => {
-                let c = CString::new(s).expect("string keys come from C strings");
+        let name = match (str_key, self.str_fn) {
+            (Some(s), Some(f)) => Some((
+                CString::new(s).map_err(|_| {
+                    Error::new("a string key holds a NUL byte and cannot reach the string updater")
+                })?,
+                f,
+            )),
+            _ => None,
+        };
+        let call = || {
+            let r = new_handle(recv.clone());
+            let l = new_handle(local.clone());
+            match &name {
                 // SAFETY: `f` is the caller's callback with MXNet's signature;
                 // the string lives for the call and the handles are new.
-                unsafe { f(c.as_ptr(), r, l, user) }
+                Some((c, f)) => unsafe { f(c.as_ptr(), r, l, user) },
+                // SAFETY: as above, for the int callback.
+                None => unsafe { (self.int_fn)(key, r, l, user) },
             }
-            // SAFETY: as above, for the int callback.
-            _ => unsafe { (self.int_fn)(key, r, l, user) },
-        }
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            let key = match str_key {
+                Some(s) => crate::store::keys::show_str(s),
+                None => key.to_string(),
+            };
+            Error::new(format!("the updater of key {key} failed (panic: {what})"))
+        })
     }
 }
 

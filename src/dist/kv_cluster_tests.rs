@@ -6,12 +6,14 @@
 use super::keys::{server_range, Command};
 use super::kv::{node_name, server_id, worker_id, Transport};
 use super::message::Message;
-use super::server::{KvServer, ServerConfig, ServerEvent, ServerUpdater};
+use super::server::{KvServer, ServerConfig, ServerEvent};
 use super::worker::{KvWorker, WorkerConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::{Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
+use crate::store::Updater;
+use crate::test_util::f32s;
 use half::f16;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -73,9 +75,9 @@ impl Transport for Port {
 }
 
 /// `stored -= lr * recv` (float32): the updater the test controller installs.
-pub(super) fn sgd(lr: f32) -> Arc<dyn ServerUpdater> {
+pub(super) fn sgd(lr: f32) -> Arc<dyn Updater> {
     Arc::new(
-        move |_key: i32, recv: &NDArray, stored: &NDArray| -> Result<()> {
+        move |_key: i32, _: Option<&[u8]>, recv: &NDArray, stored: &NDArray| -> Result<()> {
             if recv.dtype() != DType::F32 {
                 return Err(Error::usage("test sgd: float32 only"));
             }
@@ -250,16 +252,6 @@ impl Cluster {
             })
             .collect()
     }
-}
-
-fn f32s(v: &[f32]) -> NDArray {
-    NDArray::from_bytes(
-        Shape(vec![v.len() as i64]),
-        DType::F32,
-        Context::CPU0,
-        bytemuck::cast_slice(v),
-    )
-    .unwrap()
 }
 
 fn shaped(shape: &[i64], dtype: DType, vals: &[f64]) -> NDArray {

@@ -179,33 +179,17 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::config::Config;
     use crate::dist::keys::Command;
     use crate::dist::message::Role;
     use crate::dist::postoffice::WORKER_GROUP;
     use crate::dist::scheduler;
-    use crate::ndarray::dtype::DType;
-    use crate::ndarray::{Context, NDArray, Shape};
-
-    fn f32s(v: &[f32]) -> NDArray {
-        NDArray::from_bytes(
-            Shape(vec![v.len() as i64]),
-            DType::F32,
-            Context::CPU0,
-            bytemuck::cast_slice(v),
-        )
-        .unwrap()
-    }
+    use crate::ndarray::NDArray;
+    use crate::test_util::{cluster_cfg as cfg, f32s};
 
     /// 2 workers x 2 servers over ZeroMQ on 127.0.0.1: sync sums of a small
     /// key and of a key split over both servers, then a clean shutdown.
     #[test]
     fn two_workers_two_servers_over_loopback() {
-        fn cfg(role: Role, port: u16) -> Config {
-            let mut c = Config::local(role, port, 2, 2, Duration::from_secs(30));
-            c.bigarray_bound = 10;
-            c
-        }
         let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
         let port = sched.port();
         let servers: Vec<_> = (0..2)
@@ -218,7 +202,11 @@ mod tests {
                     let mut controller = |_: i32, body: &[u8]| -> Result<()> {
                         let lr: f32 = String::from_utf8_lossy(body).parse().unwrap();
                         slot.set(Some(Arc::new(
-                            move |_: i32, g: &NDArray, w: &NDArray| -> Result<()> {
+                            move |_: i32,
+                                  _: Option<&[u8]>,
+                                  g: &NDArray,
+                                  w: &NDArray|
+                                  -> Result<()> {
                                 let g = g.read().typed::<f32>().to_vec();
                                 for (w, g) in w.write().typed_mut::<f32>().iter_mut().zip(g) {
                                     *w -= lr * g;

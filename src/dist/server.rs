@@ -59,45 +59,12 @@ use crate::ndarray::dtype::{DType, Elem};
 use crate::ndarray::sparse;
 use crate::ndarray::{Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
+use crate::store::table::IntMap;
+use crate::store::{Updater, UpdaterSlot};
 use crate::{bail, ensure};
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The server's update function: `recv` is the merged (sync) or pushed
-/// (async) value, `stored` the array to update in place. An error goes back
-/// to every worker whose request the update answers.
-pub trait ServerUpdater: Send + Sync {
-    fn update(&self, key: i32, recv: &NDArray, stored: &NDArray) -> Result<()>;
-}
-
-impl<F> ServerUpdater for F
-where
-    F: Fn(i32, &NDArray, &NDArray) -> Result<()> + Send + Sync,
-{
-    fn update(&self, key: i32, recv: &NDArray, stored: &NDArray) -> Result<()> {
-        self(key, recv, stored)
-    }
-}
-
-/// Where the server finds its updater. Cloneable, so that a controller (for
-/// `kController`: install the unpickled optimizer) or the store's
-/// `set_updater` can fill it while the server runs. The server takes the
-/// updater out before calling it, so an updater may replace itself.
-#[derive(Clone, Default)]
-pub struct UpdaterSlot(Arc<Mutex<Option<Arc<dyn ServerUpdater>>>>);
-
-impl UpdaterSlot {
-    pub fn set(&self, updater: Option<Arc<dyn ServerUpdater>>) {
-        *self.0.lock() = updater;
-    }
-
-    pub fn get(&self) -> Option<Arc<dyn ServerUpdater>> {
-        self.0.lock().clone()
-    }
-}
 
 /// The controller: `(head, body)` of a command the server does not handle
 /// itself (`kController`: body = the pickled optimizer). Runs on the
@@ -263,7 +230,7 @@ pub struct KvServer {
     sync_mode: bool,
     multi_precision: bool,
     compression: Option<CompressionParams>,
-    store: HashMap<i32, Entry>,
+    store: IntMap<Entry>,
     updater: UpdaterSlot,
     /// Set when a worker was lost: no sync round can complete any more.
     lost: Option<Error>,
@@ -281,7 +248,7 @@ impl KvServer {
             // servers behave as if it were set (see the module docs).
             multi_precision: true,
             compression: None,
-            store: HashMap::new(),
+            store: IntMap::default(),
             updater: UpdaterSlot::default(),
             lost: None,
             send_errors: Vec::new(),
@@ -297,7 +264,7 @@ impl KvServer {
         self.updater.clone()
     }
 
-    pub fn set_updater(&self, updater: Option<Arc<dyn ServerUpdater>>) {
+    pub fn set_updater(&self, updater: Option<Arc<dyn Updater>>) {
         self.updater.set(updater);
     }
 
@@ -743,7 +710,7 @@ impl KvServer {
                 bail!("Updater needs to be set for async mode (key {key}; the server runs in async mode because no worker sent kSyncMode)");
             };
             let e = &self.store[&key];
-            updater.update(key, &recv, e.target())?;
+            updater.update(key, None, &recv, e.target())?;
             if let Some(realt) = &e.realt {
                 e.stored.copy_from(realt)?;
             }
@@ -973,13 +940,13 @@ fn merge(e: &mut Entry, first: bool, value: Value<'_>) -> Result<()> {
 
 /// The update of a complete sync round: the updater on the sum, or the sum
 /// assigned; then the master copy cast into the stored value.
-fn apply_round(key: i32, e: &mut Entry, updater: Option<&dyn ServerUpdater>) -> Result<()> {
+fn apply_round(key: i32, e: &mut Entry, updater: Option<&dyn Updater>) -> Result<()> {
     let merged = e
         .merged
         .clone()
         .ok_or_else(|| Error::new(format!("internal: key {key} has no merged value")))?;
     match updater {
-        Some(u) => u.update(key, &merged, e.target())?,
+        Some(u) => u.update(key, None, &merged, e.target())?,
         None if e.is_row_sparse() => assign_rows(&merged, e.target())?,
         None if e.realt.is_none() => {
             // The sum becomes the stored value; the old buffer is the next
@@ -1043,6 +1010,7 @@ mod tests {
     use crate::dist::kv::{reply_error, u64_bytes};
     use crate::error::ErrorKind;
     use half::f16;
+    use parking_lot::Mutex;
 
     #[derive(Default)]
     struct Rec(Mutex<Vec<Message>>);
@@ -1148,7 +1116,7 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let seen2 = seen.clone();
         s.set_updater(Some(Arc::new(
-            move |_k: i32, recv: &NDArray, stored: &NDArray| -> Result<()> {
+            move |_k: i32, _: Option<&[u8]>, recv: &NDArray, stored: &NDArray| -> Result<()> {
                 seen2.lock().push((recv.dtype(), stored.dtype()));
                 let g = recv.read().typed::<f32>().to_vec();
                 for (w, g) in stored.write().typed_mut::<f32>().iter_mut().zip(g) {
@@ -1209,7 +1177,7 @@ mod tests {
     fn an_updater_error_goes_to_every_request_of_the_round() {
         let (mut s, out) = (server(2, true), Rec::default());
         s.set_updater(Some(Arc::new(
-            |k: i32, _: &NDArray, _: &NDArray| -> Result<()> {
+            |k: i32, _: Option<&[u8]>, _: &NDArray, _: &NDArray| -> Result<()> {
                 Err(Error::usage(format!("optimizer failed on key {k}")))
             },
         )));

@@ -5,9 +5,9 @@
 //! ([`scheduler::run`]) on the scheduler node.
 //!
 //! A worker reduces the values of several devices with the local store's
-//! code (MXNet's `comm_->Reduce`: [`LocalStore::reduce_only`]) and sends one
-//! value per key. String keys become ints 0, 1, 2… in the order of their
-//! first init, as `KVStoreLocal::InitImpl` numbers them (`next_str_key_`):
+//! [`Comm`] (MXNet's `comm_->Reduce`) and sends one value per key. String
+//! keys become ints 0, 1, 2… in the order of their first init, as
+//! `KVStoreLocal::InitImpl` numbers them (`next_str_key_`):
 //! the workers init the same keys in the same order, so they agree.
 #![forbid(unsafe_code)]
 
@@ -17,16 +17,17 @@ use super::kv_node;
 use super::message::Role;
 use super::postoffice::{Postoffice, WORKER_GROUP};
 use super::scheduler;
-use super::server::{ServerUpdater, UpdaterSlot};
 use super::worker::KvWorker;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::sparse::row_ids;
 use crate::ndarray::{NDArray, Shape, StorageType};
+use crate::store::comm::{Comm, CommKey};
 use crate::store::compression::CompressionParams;
+use crate::store::group::group;
 use crate::store::keys::{show_str, KindLock, StrRegistry};
-use crate::store::local::LocalStore;
-use crate::store::{Keys, KvStore, Updater};
+use crate::store::table::{check_value, duplicate};
+use crate::store::{Keys, KvStore, Updater, UpdaterSlot};
 use crate::{bail, ensure};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -39,6 +40,8 @@ struct KeyInfo {
     shape: Shape,
     dtype: DType,
     stype: StorageType,
+    /// The key's merge buffers in `comm`.
+    comm: Arc<CommKey>,
 }
 
 /// The worker side of a dist store.
@@ -47,7 +50,7 @@ struct WorkerSide {
     w: Arc<KvWorker>,
     cid: i32,
     /// MXNet's `comm_`: reduces the values of several devices.
-    comm: LocalStore,
+    comm: Comm,
     kind: KindLock,
     names: RwLock<StrRegistry>,
     table: RwLock<HashMap<i32, KeyInfo>>,
@@ -62,7 +65,7 @@ struct NodeSide {
     /// The running server's updater slot.
     slot: Mutex<Option<UpdaterSlot>>,
     /// An updater set before the server runs.
-    pending: Mutex<Option<Arc<dyn ServerUpdater>>>,
+    pending: Mutex<Option<Arc<dyn Updater>>>,
     po: Mutex<Option<Arc<Postoffice>>>,
 }
 
@@ -75,16 +78,6 @@ enum Side {
 pub struct DistStore {
     type_name: Vec<u8>,
     side: Side,
-}
-
-/// A store updater as a server updater (int keys: the server has no names).
-struct ServerSideUpdater(Arc<dyn Updater>);
-
-impl ServerUpdater for ServerSideUpdater {
-    fn update(&self, key: i32, recv: &NDArray, stored: &NDArray) -> Result<()> {
-        self.0.update(key, None, recv, stored);
-        Ok(())
-    }
 }
 
 fn has(name: &[u8], s: &[u8]) -> bool {
@@ -132,14 +125,7 @@ impl DistStore {
         let device = has(&type_name, b"device");
         let sync = !has(&type_name, b"_async");
         let side = WorkerSide {
-            comm: LocalStore::new(
-                if device {
-                    b"device".to_vec()
-                } else {
-                    b"local".to_vec()
-                },
-                device,
-            ),
+            comm: Comm::new(device),
             po,
             w,
             cid,
@@ -257,7 +243,18 @@ impl WorkerSide {
                 );
             }
         }
-        self.comm.init(Keys::Int(&ids), vals)?;
+        // storable values, each key once (as the local store's init checks)
+        for v in vals {
+            check_value(v, "init")?;
+        }
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        for id in &ids {
+            if !seen.insert(*id) {
+                return Err(duplicate(&id.to_string()));
+            }
+        }
+        let comm_keys: Vec<Arc<CommKey>> = vals.iter().map(CommKey::new).collect();
+        self.comm.init(&comm_keys);
         if let Keys::Str(k) = keys {
             let mut names = self.names.write();
             for s in k {
@@ -266,13 +263,14 @@ impl WorkerSide {
         }
         {
             let mut table = self.table.write();
-            for (id, v) in ids.iter().zip(vals) {
+            for ((id, v), comm) in ids.iter().zip(vals).zip(comm_keys) {
                 table.insert(
                     *id,
                     KeyInfo {
                         shape: v.shape().clone(),
                         dtype: v.dtype(),
                         stype: v.stype(),
+                        comm,
                     },
                 );
             }
@@ -295,7 +293,23 @@ impl WorkerSide {
         for (id, v) in ids.iter().zip(vals) {
             check_float(&format!("key {id}"), v.dtype())?;
         }
-        self.comm.reduce_only(ids, vals)
+        for v in vals {
+            check_value(v, "push")?;
+        }
+        let comm_keys: Vec<Arc<CommKey>> = {
+            let table = self.table.read();
+            ids.iter().map(|id| table[id].comm.clone()).collect()
+        };
+        let mut work = Vec::new();
+        for (id, pos) in group(ids) {
+            let key = &comm_keys[pos[0]];
+            let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
+            self.comm.check(&id.to_string(), key, &group_vals)?;
+            work.push((id, key, group_vals));
+        }
+        work.into_iter()
+            .map(|(id, key, group_vals)| Ok((id, self.comm.reduce_to_send(key, &group_vals)?)))
+            .collect()
     }
 
     fn push(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
@@ -594,10 +608,9 @@ impl NodeSide {
     }
 
     fn set_updater(&self, updater: Option<Arc<dyn Updater>>) {
-        let u = updater.map(|u| Arc::new(ServerSideUpdater(u)) as Arc<dyn ServerUpdater>);
         match &*self.slot.lock() {
-            Some(slot) => slot.set(u),
-            None => *self.pending.lock() = u,
+            Some(slot) => slot.set(updater),
+            None => *self.pending.lock() = updater,
         }
     }
 }
@@ -745,23 +758,7 @@ impl KvStore for DistStore {
 mod tests {
     use super::*;
     use crate::ndarray::Context;
-    use std::time::Duration;
-
-    fn f32s(v: &[f32]) -> NDArray {
-        NDArray::from_bytes(
-            Shape(vec![v.len() as i64]),
-            DType::F32,
-            Context::CPU0,
-            bytemuck::cast_slice(v),
-        )
-        .unwrap()
-    }
-
-    fn cfg(role: Role, port: u16) -> Config {
-        let mut c = Config::local(role, port, 2, 2, Duration::from_secs(30));
-        c.bigarray_bound = 10;
-        c
-    }
+    use crate::test_util::{cluster_cfg as cfg, f32s};
 
     /// 2 workers x 2 servers in one process over ZeroMQ on 127.0.0.1, all
     /// through `KvStore`: string keys, several devices' values reduced on
@@ -786,6 +783,7 @@ mod tests {
                                 for (w, g) in w.write().typed_mut::<f32>().iter_mut().zip(g) {
                                     *w -= 0.5 * g;
                                 }
+                                Ok(())
                             },
                         )));
                     })?;

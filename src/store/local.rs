@@ -1,137 +1,32 @@
-//! The `local` and `device` stores: values live in this process; pushes are
-//! grouped by key, summed in MXNet's order for the chosen communicator, and
-//! applied by the updater (or assigned). Every call checks all of its inputs
-//! before it changes anything.
+//! The `local` and `device` stores: values live in this process, in a key
+//! [`Table`]; pushes are grouped by key, reduced by the store's [`Comm`]
+//! (MXNet's `CommCPU` or `CommDevice`), and applied by the updater (or
+//! assigned). Every call checks all of its inputs before it changes
+//! anything.
 #![forbid(unsafe_code)]
 
+use super::comm::Comm;
 use super::compression::CompressionParams;
-use super::group::{group, stdsort_by};
-use super::keys::{Keys, KindLock, StrRegistry};
-use super::{KvStore, Updater};
+use super::group::group;
+use super::keys::Keys;
+use super::table::{check_value, Entry, Table};
+use super::{KvStore, Updater, UpdaterSlot};
 use crate::error::Result;
-use crate::ndarray::dtype::DType;
-use crate::ndarray::kernels::SumOrder;
 use crate::ndarray::sparse::{
-    assign_row_sparse, retain_rows, row_ids as row_ids_of, share_row_sparse, sum_row_sparse,
-    sum_row_sparse_into, Parts, Spare,
+    assign_row_sparse, retain_rows, row_ids as row_ids_of, share_row_sparse, Parts,
 };
-use crate::ndarray::{
-    copy_to_many, sum_into, sum_into_and_copy, Context, NDArray, Shape, StorageType,
-};
+use crate::ndarray::{copy_to_many, Context, NDArray, StorageType};
 use crate::{bail, ensure};
-use parking_lot::{Mutex, ReentrantMutex, RwLock};
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::Arc;
-
-/// One key's state.
-struct Entry {
-    /// The internal key (the int key, or the string key's id).
-    id: i32,
-    /// The key as the caller wrote it (for messages).
-    name: String,
-    /// The caller's string for string keys (handed to string updaters).
-    str_key: Option<Vec<u8>>,
-    /// The stored value, on `cpu_pinned(0)`. Replaced only when a push
-    /// changes the key's storage type (dense ↔ row_sparse), as in MXNet.
-    value: Mutex<NDArray>,
-    /// Serialises pushes of this key; reentrant so that an updater may push
-    /// to its own key again. Pulls do not take it: they read the stored value
-    /// under its data lock.
-    update: ReentrantMutex<()>,
-    /// Where multi-value pushes are summed.
-    merge: Mutex<Merge>,
-    /// Gradient-compression residuals, one per position in the pushed list.
-    residuals: Mutex<Vec<Vec<f32>>>,
-}
-
-/// A key's merge buffer: its context (placed on a device store as MXNet's
-/// CommDevice places it) and the dense buffer, made on first use.
-#[derive(Default)]
-struct Merge {
-    ctx: Option<Context>,
-    dense: Option<NDArray>,
-    /// Parts for the next row_sparse value assigned without an updater.
-    spare: Spare,
-}
-
-impl Entry {
-    fn value(&self) -> NDArray {
-        self.value.lock().clone()
-    }
-}
-
-/// The device communicator's merge-buffer bookkeeping (MXNet's `CommDevice`).
-#[derive(Default)]
-struct DeviceComm {
-    /// (key, element count) of every key ever initialised, in init order.
-    keys: Vec<(i32, usize)>,
-    /// Merge buffers have been placed since the last init. Before that, a
-    /// pull copies the stored value into one output and that output into the
-    /// others (so dtype conversions chain, as in MXNet).
-    ready: bool,
-}
-
-/// Keys → entries, with a multiplicative hash (keys are small ints).
-type EntryMap = HashMap<i32, Arc<Entry>, BuildHasherDefault<IntHasher>>;
-
-/// Fibonacci hashing of an int key.
-#[derive(Default)]
-struct IntHasher(u64);
-
-impl Hasher for IntHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_i32(&mut self, i: i32) {
-        self.0 = (i as u32 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 pub struct LocalStore {
     type_name: Vec<u8>,
-    device: bool,
-    comm: Mutex<DeviceComm>,
-    kind: KindLock,
-    strs: RwLock<StrRegistry>,
-    entries: RwLock<EntryMap>,
-    updater: RwLock<Option<Arc<dyn Updater>>>,
-    compression: RwLock<Option<CompressionParams>>,
+    comm: Comm,
+    table: Table,
+    updater: UpdaterSlot,
     warned_sparse_pull: Mutex<HashSet<i32>>,
-}
-
-fn duplicate(name: &str) -> crate::error::Error {
-    crate::error::Error::new(format!(
-        "duplicate init of key {name}. Please double check if you called kv.init or kv.broadcast with this key multiple times"
-    ))
-}
-
-fn not_inited(name: &str) -> crate::error::Error {
-    crate::error::Error::new(format!("key {name} has not been inited"))
-}
-
-/// Why an empty array cannot be stored or pushed.
-const NONE_VALUE: &str =
-    "the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data";
-
-/// Why a csr array cannot be stored or pushed.
-const NO_CSR_VALUE: &str = "(csr values cannot be stored)";
-
-/// Checks that a value can be stored or pushed.
-fn check_value(v: &NDArray, what: &str) -> Result<()> {
-    match v.stype() {
-        StorageType::Default => Ok(()),
-        StorageType::Undefined => bail!("{NONE_VALUE}"),
-        StorageType::RowSparse => v.check_row_sparse(),
-        StorageType::Csr => {
-            bail!("Unexpected storage type detected during kvstore {what}: 2 {NO_CSR_VALUE}")
-        }
-    }
 }
 
 /// What a pull does with one output: write it, or skip it (sparse output with
@@ -215,53 +110,10 @@ impl LocalStore {
         crate::ndarray::kernels::init_pool();
         LocalStore {
             type_name,
-            device,
-            comm: Mutex::new(DeviceComm::default()),
-            kind: KindLock::default(),
-            strs: RwLock::new(StrRegistry::default()),
-            entries: RwLock::new(EntryMap::default()),
-            updater: RwLock::new(None),
-            compression: RwLock::new(None),
+            comm: Comm::new(device),
+            table: Table::default(),
+            updater: UpdaterSlot::default(),
             warned_sparse_pull: Mutex::new(HashSet::new()),
-        }
-    }
-
-    fn order(&self) -> SumOrder {
-        if self.device {
-            SumOrder::LeftToRight
-        } else {
-            SumOrder::GroupsOfFour
-        }
-    }
-
-    /// Resolves keys to entries; every key must be initialised.
-    fn entries_for(&self, keys: Keys<'_>) -> Result<Vec<Arc<Entry>>> {
-        let lookup = |map: &EntryMap, i: usize, id: i32| {
-            map.get(&id)
-                .cloned()
-                .ok_or_else(|| not_inited(&keys.show(i)))
-        };
-        match keys {
-            Keys::Int(k) => {
-                let map = self.entries.read();
-                k.iter()
-                    .enumerate()
-                    .map(|(i, &id)| lookup(&map, i, id))
-                    .collect()
-            }
-            Keys::Str(k) => {
-                let ids = {
-                    let strs = self.strs.read();
-                    k.iter()
-                        .map(|s| strs.lookup(s))
-                        .collect::<Result<Vec<_>>>()?
-                };
-                let map = self.entries.read();
-                ids.iter()
-                    .enumerate()
-                    .map(|(i, &id)| lookup(&map, i, id))
-                    .collect()
-            }
         }
     }
 
@@ -291,73 +143,16 @@ impl LocalStore {
     }
 
     fn run_pull(&self, plan: &[(Arc<Entry>, &NDArray)]) -> Result<()> {
-        if self.device && !self.comm.lock().ready {
-            // MXNet's CommDevice before its merge buffers exist: the value
-            // goes to output `key % n` of that key's outputs (grouped as a
-            // push groups values), which is then copied to the others.
-            let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
-            for (id, pos) in group(&ids) {
-                let entry = &plan[pos[0]].0;
-                let first = ((id as i64 as u64) % pos.len() as u64) as usize;
-                let head = plan[pos[first]].1;
-                head.copy_from(&entry.value())?;
-                for (i, &p) in pos.iter().enumerate() {
-                    if i != first {
-                        plan[p].1.copy_from(head)?;
-                    }
-                }
-            }
-            return Ok(());
-        }
         if let [(entry, out)] = plan {
             return out.copy_from(&entry.value());
         }
         let ids: Vec<i32> = plan.iter().map(|(e, _)| e.id).collect();
-        for (_, pos) in group(&ids) {
+        for (id, pos) in group(&ids) {
             let entry = &plan[pos[0]].0;
             let outs: Vec<&NDArray> = pos.iter().map(|&p| plan[p].1).collect();
-            copy_to_many(&entry.value(), &outs)?;
+            self.comm.broadcast(id, &entry.value(), &outs)?;
         }
         Ok(())
-    }
-
-    /// MXNet's `CommDevice::InitMergeBuffer`: every key gets a merge buffer
-    /// on the least-loaded of the contexts `devs` (those of the first
-    /// multi-value push since the last init), largest keys first.
-    fn place_merge_buffers(&self, devs: &[Context]) {
-        // Lock order everywhere: strs, entries, comm.
-        let map = self.entries.read();
-        let mut comm = self.comm.lock();
-        if comm.ready {
-            return;
-        }
-        let mut keys = comm.keys.clone();
-        stdsort_by(&mut keys, &|a: &(i32, usize), b: &(i32, usize)| a.1 > b.1);
-        // An unordered_map keyed by device id: iterated in reverse order of
-        // first insertion; each id keeps the context assigned to it last.
-        let mut slots: Vec<(i32, Context, usize)> = Vec::new();
-        for d in devs {
-            match slots.iter_mut().find(|s| s.0 == d.dev_id) {
-                Some(s) => s.1 = *d,
-                None => slots.push((d.dev_id, *d, 0)),
-            }
-        }
-        slots.reverse();
-        for (id, size) in keys {
-            let mut pick = 0;
-            let mut min = usize::MAX;
-            for (i, s) in slots.iter().enumerate() {
-                if s.2 <= min {
-                    pick = i;
-                    min = s.2;
-                }
-            }
-            if let Some(entry) = map.get(&id) {
-                entry.merge.lock().ctx.get_or_insert(slots[pick].1);
-            }
-            slots[pick].2 += size;
-        }
-        comm.ready = true;
     }
 
     /// Validates and copies init values onto the store's context.
@@ -378,44 +173,12 @@ impl LocalStore {
         vals: &[NDArray],
         pull: Option<(Keys<'_>, &[NDArray])>,
     ) -> Result<()> {
-        self.kind.check(keys.kind())?;
+        self.table.check_kind(keys.kind())?;
         if let Some((okeys, _)) = pull {
-            self.kind.check(okeys.kind())?;
+            self.table.check_kind(okeys.kind())?;
         }
         let copies = Self::copies_of(vals)?;
-        let mut strs = self.strs.write();
-        let mut map = self.entries.write();
-        // The ids the new keys will get, checked for duplicates.
-        let mut new: Vec<(i32, Arc<Entry>)> = Vec::with_capacity(copies.len());
-        let mut seen: HashSet<i32> = HashSet::with_capacity(copies.len());
-        let mut new_strs: HashMap<&[u8], i32> = HashMap::new();
-        for (i, value) in copies.into_iter().enumerate() {
-            let name = keys.show(i);
-            let (id, str_key) = match keys {
-                Keys::Int(k) => (k[i], None),
-                Keys::Str(k) => {
-                    if strs.get(k[i]).is_some() || new_strs.contains_key(k[i]) {
-                        return Err(duplicate(&name));
-                    }
-                    let id = strs.next_id() + new_strs.len() as i32;
-                    new_strs.insert(k[i], id);
-                    (id, Some(k[i].to_vec()))
-                }
-            };
-            if map.contains_key(&id) || !seen.insert(id) {
-                return Err(duplicate(&name));
-            }
-            let entry = Entry {
-                id,
-                name,
-                str_key,
-                value: Mutex::new(value),
-                update: ReentrantMutex::new(()),
-                merge: Mutex::new(Merge::default()),
-                residuals: Mutex::new(Vec::new()),
-            };
-            new.push((id, Arc::new(entry)));
-        }
+        let insert = self.table.begin_insert(keys, copies)?;
         let mut plan = Vec::new();
         if let Some((okeys, outs)) = pull {
             ensure!(
@@ -425,215 +188,15 @@ impl LocalStore {
                 outs.len()
             );
             for (i, out) in outs.iter().enumerate() {
-                let id = match okeys {
-                    Keys::Int(k) => k[i],
-                    Keys::Str(k) => match new_strs.get(k[i]) {
-                        Some(id) => *id,
-                        None => strs.lookup(k[i])?,
-                    },
-                };
-                let entry = new
-                    .iter()
-                    .find(|(nid, _)| *nid == id)
-                    .map(|(_, e)| e.clone())
-                    .or_else(|| map.get(&id).cloned())
-                    .ok_or_else(|| not_inited(&okeys.show(i)))?;
+                let entry = insert.lookup(okeys, i)?;
                 if check_output(&entry.value(), out, true)? {
                     plan.push((entry, out));
                 }
             }
         }
-        if let Keys::Str(k) = keys {
-            for s in k {
-                strs.register(s);
-            }
-        }
-        if self.device {
-            let mut comm = self.comm.lock();
-            comm.keys
-                .extend(new.iter().map(|(id, e)| (*id, e.value().size())));
-            comm.ready = false;
-        }
-        map.extend(new);
-        drop(map);
-        drop(strs);
+        self.comm.init(insert.new_entries().map(|e| &e.comm));
+        insert.commit();
         self.run_pull(&plan)
-    }
-
-    /// Checks one key's pushed values against its stored value.
-    fn check_push_group(&self, entry: &Entry, vals: &[&NDArray]) -> Result<()> {
-        let key = &entry.value();
-        for v in vals {
-            ensure!(
-                v.shape() == key.shape(),
-                "operands shape mismatch from.shape = {} to.shape={}: a value pushed for key {} must have the key's shape",
-                v.shape(),
-                key.shape(),
-                entry.name
-            );
-        }
-        ensure!(
-            vals[0].dtype() == key.dtype(),
-            "dtype mismatch: key {} holds {} but the first value pushed for it is {}",
-            entry.name,
-            key.dtype().name(),
-            vals[0].dtype().name()
-        );
-        ensure!(
-            vals.len() == 1 || key.dtype() != DType::Bool,
-            "Unknown type enum 7: bool values of key {} cannot be summed",
-            entry.name
-        );
-        if self.device && self.compression.read().is_some() {
-            for v in vals {
-                ensure!(
-                    v.stype() == StorageType::Default,
-                    "Check failed: gradient_compression_->get_type() == CompressionType: :kNone: Gradient compression for row sparse storage type is not supported (key {})",
-                    entry.name
-                );
-                ensure!(
-                    v.dtype() == DType::F32,
-                    "Check failed: dtype == mshadow: :kFloat32 ({} vs. 0) : Gradient compression is only supported for float32 type of parameters (key {})",
-                    v.dtype().code(),
-                    entry.name
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// The context of a key's merged values.
-    fn merge_ctx(&self, entry: &Entry, vals: &[&NDArray]) -> Context {
-        if !self.device {
-            return Context::PINNED0;
-        }
-        self.place_merge_buffers(&vals.iter().map(|v| v.ctx()).collect::<Vec<_>>());
-        *entry.merge.lock().ctx.get_or_insert(vals[0].ctx())
-    }
-
-    /// The key's dense merge buffer.
-    fn merge_buffer(&self, entry: &Entry, key: &NDArray, ctx: Context) -> Result<NDArray> {
-        let mut m = entry.merge.lock();
-        if let Some(b) = &m.dense {
-            return Ok(b.clone());
-        }
-        let b = NDArray::zeros(key.shape().clone(), key.dtype(), ctx)?;
-        m.dense = Some(b.clone());
-        Ok(b)
-    }
-
-    /// Combines the values pushed for one key into the value handed to the
-    /// updater: MXNet's reduce for the key's communicator.
-    fn reduce(&self, entry: &Entry, vals: &[&NDArray]) -> Result<NDArray> {
-        let key = entry.value();
-        if self.device {
-            let gc = *self.compression.read();
-            if let Some(gc) = gc {
-                return self.reduce_compressed(entry, &key, vals, gc);
-            }
-        }
-        if vals[0].stype() == StorageType::RowSparse {
-            // The first value decides: sum as row_sparse.
-            if vals.len() == 1 {
-                return if self.device {
-                    Ok(vals[0].clone())
-                } else {
-                    vals[0].copy_to_ctx(Context::PINNED0)
-                };
-            }
-            let ctx = self.merge_ctx(entry, vals);
-            let rows = Self::row_sparse_inputs(vals)?;
-            return sum_row_sparse(&rows, key.shape(), key.dtype(), ctx);
-        }
-        if vals.len() == 1 {
-            return Ok(vals[0].clone());
-        }
-        let ctx = self.merge_ctx(entry, vals);
-        let buf = self.merge_buffer(entry, &key, ctx)?;
-        sum_into(&Self::dense_inputs(&key, vals)?, &buf, self.order())?;
-        Ok(buf)
-    }
-
-    /// Dense values among row_sparse ones are summed as row_sparse.
-    fn row_sparse_inputs(vals: &[&NDArray]) -> Result<Vec<NDArray>> {
-        vals.iter()
-            .map(|v| {
-                if v.stype() == StorageType::RowSparse {
-                    Ok((*v).clone())
-                } else {
-                    let r = NDArray::sparse_zeros(
-                        StorageType::RowSparse,
-                        v.shape().clone(),
-                        v.dtype(),
-                        v.ctx(),
-                        &[DType::I64],
-                        &[Shape(vec![0])],
-                    )?;
-                    r.copy_from(v)?;
-                    Ok(r)
-                }
-            })
-            .collect()
-    }
-
-    /// Runs `f` with the entry's spare row_sparse parts (not holding the
-    /// merge lock meanwhile: the caller holds the key's update lock).
-    fn with_spare<R>(&self, entry: &Entry, f: impl FnOnce(&mut Spare) -> R) -> R {
-        let mut spare = std::mem::take(&mut entry.merge.lock().spare);
-        let r = f(&mut spare);
-        entry.merge.lock().spare = spare;
-        r
-    }
-
-    /// Values of another dtype or storage type are converted to the key's
-    /// first, as MXNet's copy buffers do.
-    fn dense_inputs(key: &NDArray, vals: &[&NDArray]) -> Result<Vec<NDArray>> {
-        vals.iter()
-            .map(|v| {
-                if v.dtype() == key.dtype() && v.stype() == StorageType::Default {
-                    Ok((*v).clone())
-                } else {
-                    let c = NDArray::zeros(key.shape().clone(), key.dtype(), v.ctx())?;
-                    c.copy_from(v)?;
-                    Ok(c)
-                }
-            })
-            .collect()
-    }
-
-    /// Without an updater, a dense multi-value push is summed straight into
-    /// the stored value: the same numbers as summing into a merge buffer and
-    /// assigning, with one pass less and no merge buffer. A PushPull's
-    /// outputs `outs` of the key are written in the same pass when they can
-    /// be. `None`: not applicable; `Some(wrote_outs)`.
-    fn try_sum_in_place(
-        &self,
-        entry: &Entry,
-        vals: &[&NDArray],
-        outs: &[&NDArray],
-    ) -> Result<Option<bool>> {
-        let stored = entry.value();
-        let compressed = self.device && self.compression.read().is_some();
-        if compressed || vals.len() < 2 || vals[0].stype() != stored.stype() {
-            return Ok(None);
-        }
-        if stored.stype() == StorageType::RowSparse {
-            self.merge_ctx(entry, vals);
-            let rows = Self::row_sparse_inputs(vals)?;
-            self.with_spare(entry, |spare| sum_row_sparse_into(&rows, &stored, spare))?;
-            return Ok(Some(false));
-        }
-        if stored.stype() != StorageType::Default {
-            return Ok(None);
-        }
-        // Keeps a device store's merge-buffer placement as MXNet's.
-        self.merge_ctx(entry, vals);
-        let inputs = Self::dense_inputs(&stored, vals)?;
-        if !outs.is_empty() && sum_into_and_copy(&inputs, &stored, outs, self.order())? {
-            return Ok(Some(true));
-        }
-        sum_into(&inputs, &stored, self.order())?;
-        Ok(Some(false))
     }
 
     /// Without an updater, a single pushed value is assigned; a PushPull's
@@ -660,46 +223,9 @@ impl LocalStore {
         Ok(true)
     }
 
-    /// Device store with compression: each pushed array is quantized with
-    /// its own residual (one per position in the list) and dequantized, then
-    /// the results are summed left to right.
-    fn reduce_compressed(
-        &self,
-        entry: &Entry,
-        key: &NDArray,
-        vals: &[&NDArray],
-        gc: CompressionParams,
-    ) -> Result<NDArray> {
-        let n = key.size();
-        let mut residuals = entry.residuals.lock();
-        while residuals.len() < vals.len() {
-            residuals.push(vec![0f32; n]);
-        }
-        let deq = vals
-            .iter()
-            .zip(residuals.iter_mut())
-            .map(|(v, r)| {
-                let out = NDArray::zeros(key.shape().clone(), DType::F32, v.ctx())?;
-                {
-                    let g = v.read();
-                    let mut o = out.write();
-                    gc.quantize_dequantize(g.typed::<f32>(), r, o.typed_mut::<f32>());
-                }
-                Ok(out)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        drop(residuals);
-        if deq.len() == 1 {
-            return Ok(deq.into_iter().next().expect("one value"));
-        }
-        let ctx = self.merge_ctx(entry, vals);
-        let buf = self.merge_buffer(entry, key, ctx)?;
-        sum_into(&deq, &buf, SumOrder::LeftToRight)?;
-        Ok(buf)
-    }
-
     /// Applies a key's merged value: the updater, or assignment (which
-    /// adopts the merged value's storage type, as MXNet does).
+    /// adopts the merged value's storage type, as MXNet does). An updater's
+    /// error fails the push.
     fn apply(
         &self,
         entry: &Entry,
@@ -709,14 +235,15 @@ impl LocalStore {
         let stored = entry.value();
         if let Some(u) = updater {
             let before = RspSnapshot::take(&stored)?;
-            u.update(entry.id, entry.str_key.as_deref(), merged, &stored);
-            return match before {
+            let updated = u.update(entry.id, entry.str_key.as_deref(), merged, &stored);
+            let checked = match before {
                 Some(before) => before.check_after_update(entry, &stored),
                 None => Ok(()),
             };
+            return updated.and(checked);
         }
         if stored.stype() == StorageType::RowSparse && merged.stype() == StorageType::RowSparse {
-            return self.with_spare(entry, |spare| {
+            return entry.comm.with_spare(|spare| {
                 if share_row_sparse(merged, &stored, spare)? {
                     return Ok(());
                 }
@@ -738,43 +265,6 @@ impl LocalStore {
         Ok(())
     }
 
-    /// MXNet's `comm_->Reduce` for a distributed worker
-    /// (`KVStoreDist::PushImpl`): groups `vals` by key as a push does,
-    /// checks each group as a push does and sums it as this store's comm
-    /// would, storing nothing. One value per distinct key (a single value is
-    /// returned as given; a sum is a new array).
-    pub fn reduce_only(&self, keys: &[i32], vals: &[NDArray]) -> Result<Vec<(i32, NDArray)>> {
-        ensure!(
-            keys.len() == vals.len(),
-            "{} keys for {} values",
-            keys.len(),
-            vals.len()
-        );
-        for v in vals {
-            check_value(v, "push")?;
-        }
-        let entries = self.entries_for(Keys::Int(keys))?;
-        let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
-        let mut work = Vec::new();
-        for (_, pos) in group(&ids) {
-            let entry = &entries[pos[0]];
-            let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
-            self.check_push_group(entry, &group_vals)?;
-            work.push((keys[pos[0]], entry, group_vals));
-        }
-        let mut out = Vec::with_capacity(work.len());
-        for (key, entry, group_vals) in work {
-            if group_vals.len() == 1 {
-                out.push((key, group_vals[0].clone()));
-                continue;
-            }
-            let _serial = entry.update.lock();
-            let merged = self.reduce(entry, &group_vals)?;
-            out.push((key, merged.copy_to_ctx(merged.ctx())?));
-        }
-        Ok(out)
-    }
-
     /// Pushes; the outputs in `pulls` (a checked PushPull plan) that a push
     /// wrote in the same pass are removed from it.
     fn push_inner(
@@ -792,11 +282,11 @@ impl LocalStore {
         for v in vals {
             check_value(v, "push")?;
         }
-        let entries = self.entries_for(keys)?;
-        let updater = self.updater.read().clone();
+        let entries = self.table.entries_for(keys)?;
+        let updater = self.updater.get();
         if let ([entry], [v]) = (&entries[..], vals) {
             // One key, one value: no grouping.
-            self.check_push_group(entry, &[v])?;
+            self.comm.check(&entry.name, &entry.comm, &[v])?;
             return self.push_group(entry, &[v], updater.as_ref(), pulls);
         }
         let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
@@ -805,7 +295,7 @@ impl LocalStore {
         for (_, pos) in groups {
             let entry = &entries[pos[0]];
             let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
-            self.check_push_group(entry, &group_vals)?;
+            self.comm.check(&entry.name, &entry.comm, &group_vals)?;
             work.push((entry, group_vals));
         }
         for (entry, group_vals) in work {
@@ -830,12 +320,14 @@ impl LocalStore {
                 .filter(|(e, _)| Arc::ptr_eq(e, entry))
                 .map(|(_, o)| *o)
                 .collect();
-            let compressed = self.device && self.compression.read().is_some();
-            let wrote = if vals.len() == 1 && !compressed {
+            let wrote = if vals.len() == 1 && !self.comm.compressed() {
                 // Assign straight from the pushed value: no merge copy.
                 Some(self.assign(entry, vals[0], &outs)?)
             } else {
-                self.try_sum_in_place(entry, vals, &outs)?
+                // Without an updater, a multi-value push is summed straight
+                // into the stored value.
+                self.comm
+                    .reduce_into(&entry.comm, vals, &entry.value(), &outs)?
             };
             if let Some(wrote) = wrote {
                 if wrote {
@@ -844,7 +336,7 @@ impl LocalStore {
                 return Ok(());
             }
         }
-        let merged = self.reduce(entry, vals)?;
+        let merged = self.comm.reduce(&entry.comm, vals)?;
         self.apply(entry, updater, &merged)
     }
 }
@@ -865,7 +357,7 @@ impl KvStore for LocalStore {
     }
 
     fn push(&self, keys: Keys<'_>, vals: &[NDArray], _priority: i32) -> Result<()> {
-        self.kind.check(keys.kind())?;
+        self.table.check_kind(keys.kind())?;
         self.push_inner(keys, vals, &mut Vec::new())
     }
 
@@ -876,14 +368,14 @@ impl KvStore for LocalStore {
         _priority: i32,
         ignore_sparse: bool,
     ) -> Result<()> {
-        self.kind.check(keys.kind())?;
+        self.table.check_kind(keys.kind())?;
         ensure!(
             keys.len() == outs.len(),
             "{} keys for {} outputs",
             keys.len(),
             outs.len()
         );
-        let plan = self.plan_pull(self.entries_for(keys)?, outs, ignore_sparse)?;
+        let plan = self.plan_pull(self.table.entries_for(keys)?, outs, ignore_sparse)?;
         self.run_pull(&plan)
     }
 
@@ -894,7 +386,7 @@ impl KvStore for LocalStore {
         row_ids: &[NDArray],
         _priority: i32,
     ) -> Result<()> {
-        self.kind.check(keys.kind())?;
+        self.table.check_kind(keys.kind())?;
         ensure!(
             keys.len() == outs.len() && outs.len() == row_ids.len(),
             "{} keys, {} outputs and {} row id arrays: the counts must be equal",
@@ -916,7 +408,7 @@ impl KvStore for LocalStore {
                 rows.stype().code()
             );
         }
-        let entries = self.entries_for(keys)?;
+        let entries = self.table.entries_for(keys)?;
         // Check everything before writing any output.
         let mut plan = Vec::with_capacity(outs.len());
         for ((entry, out), rows) in entries.iter().zip(outs).zip(row_ids) {
@@ -951,8 +443,8 @@ impl KvStore for LocalStore {
         outs: &[NDArray],
         _priority: i32,
     ) -> Result<()> {
-        self.kind.check(vkeys.kind())?;
-        self.kind.check(okeys.kind())?;
+        self.table.check_kind(vkeys.kind())?;
+        self.table.check_kind(okeys.kind())?;
         ensure!(
             okeys.len() == outs.len(),
             "{} keys for {} outputs",
@@ -960,7 +452,7 @@ impl KvStore for LocalStore {
             outs.len()
         );
         // Check the pull half first so that a bad output pushes nothing.
-        let mut plan = self.plan_pull(self.entries_for(okeys)?, outs, true)?;
+        let mut plan = self.plan_pull(self.table.entries_for(okeys)?, outs, true)?;
         self.push_inner(vkeys, vals, &mut plan)?;
         self.run_pull(&plan)
     }
@@ -983,12 +475,12 @@ impl KvStore for LocalStore {
     }
 
     fn set_updater(&self, updater: Option<Arc<dyn Updater>>) {
-        *self.updater.write() = updater;
+        self.updater.set(updater);
     }
 
     fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let parsed = CompressionParams::parse(params)?;
-        *self.compression.write() = Some(parsed);
+        self.comm.set_compression(parsed);
         Ok(())
     }
 }
@@ -997,22 +489,10 @@ impl KvStore for LocalStore {
 #[allow(clippy::cloned_ref_to_slice_refs)]
 mod tests {
     use super::*;
+    use crate::ndarray::dtype::DType;
     use crate::ndarray::Shape;
+    use crate::test_util::{f32s as arr, values as get};
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    fn arr(v: &[f32]) -> NDArray {
-        NDArray::from_bytes(
-            Shape(vec![v.len() as i64]),
-            DType::F32,
-            Context::CPU0,
-            bytemuck::cast_slice(v),
-        )
-        .unwrap()
-    }
-
-    fn get(a: &NDArray) -> Vec<f32> {
-        a.read().typed::<f32>().to_vec()
-    }
 
     fn pull1(s: &LocalStore, k: i32, n: usize) -> Vec<f32> {
         let out = arr(&vec![0.0; n]);
@@ -1174,6 +654,7 @@ mod tests {
                 let l = get(local);
                 let n: Vec<f32> = l.iter().zip(&r).map(|(l, r)| l + 2.0 * r).collect();
                 local.copy_from_bytes(bytemuck::cast_slice(&n)).unwrap();
+                Ok(())
             },
         )));
         s.push(
@@ -1200,6 +681,39 @@ mod tests {
     }
 
     #[test]
+    fn an_updaters_error_fails_the_push_that_ran_it() {
+        let s = LocalStore::new(b"local".to_vec(), false);
+        s.init(
+            Keys::Int(&[1, 2]),
+            &[arr(&[1.0]), rsp_value(&[4, 1], &[1], &[5.0])],
+        )
+        .unwrap();
+        s.set_updater(Some(Arc::new(
+            |k: i32, _: Option<&[u8]>, _: &NDArray, local: &NDArray| -> Result<()> {
+                if k == 2 {
+                    // breaks the indices, then fails
+                    let aux = local.private_parts()?.aux[0].clone();
+                    aux.copy_from_bytes(bytemuck::cast_slice(&[9i64]))?;
+                }
+                Err(crate::error::Error::new(format!(
+                    "optimizer failed on key {k}"
+                )))
+            },
+        )));
+        let e = s
+            .push(Keys::Int(&[1, 1]), &[arr(&[1.0]), arr(&[2.0])], 0)
+            .unwrap_err();
+        assert_eq!(e.message(), "optimizer failed on key 1");
+        assert_eq!(pull1(&s, 1, 1), vec![1.0]);
+        let e = s
+            .push(Keys::Int(&[2]), &[rsp_value(&[4, 1], &[0], &[1.0])], 0)
+            .unwrap_err();
+        assert_eq!(e.message(), "optimizer failed on key 2");
+        let stored = s.table.entries_for(Keys::Int(&[2])).unwrap()[0].value();
+        assert_eq!(stored.rsp_indices().unwrap(), vec![1]);
+    }
+
+    #[test]
     fn updater_may_call_back_into_the_store() {
         let s = Arc::new(LocalStore::new(b"local".to_vec(), false));
         s.init(Keys::Int(&[1]), &[arr(&[1.0])]).unwrap();
@@ -1211,6 +725,7 @@ mod tests {
                 s.pull(Keys::Int(&[k]), &[out.clone()], 0, true).unwrap();
                 let v = get(&out)[0] + get(recv)[0];
                 local.copy_from_bytes(bytemuck::cast_slice(&[v])).unwrap();
+                Ok(())
             },
         )));
         s.push(Keys::Int(&[1]), &[arr(&[2.0])], 0).unwrap();
@@ -1233,6 +748,7 @@ mod tests {
                     .map(|(l, r)| l + r)
                     .collect();
                 local.copy_from_bytes(bytemuck::cast_slice(&n)).unwrap();
+                Ok(())
             },
         )));
         std::thread::scope(|sc| {
@@ -1349,6 +865,7 @@ mod tests {
                     s.pull_row_sparse(Keys::Int(&[k]), &[out.clone()], &[ids], 0)
                         .unwrap();
                     local.copy_from(recv).unwrap();
+                    Ok(())
                 },
             )));
             let s2 = s.clone();
@@ -1395,7 +912,7 @@ mod tests {
                     0,
                 )
                 .unwrap();
-                let stored = s.entries_for(Keys::Int(&[2])).unwrap()[0].value();
+                let stored = s.table.entries_for(Keys::Int(&[2])).unwrap()[0].value();
                 let rows = stored.rsp_indices().unwrap();
                 let out2 = dense_zeros(&sh);
                 s.pull(Keys::Int(&[2]), &[out2.clone()], 0, true).unwrap();
@@ -1472,10 +989,11 @@ mod tests {
                     // valid: assign
                     _ => local.copy_from(recv).unwrap(),
                 }
+                Ok(())
             },
         )));
         let stored = || {
-            let v = s.entries_for(Keys::Int(&[9])).unwrap()[0].value();
+            let v = s.table.entries_for(Keys::Int(&[9])).unwrap()[0].value();
             let d = dense_zeros(&[6, 2]);
             d.copy_from(&v).unwrap();
             (v.rsp_indices().unwrap(), get(&d))

@@ -1,32 +1,69 @@
 //! The key-value store behind the C API. [`KvStore`] is the one interface
-//! the C layer calls; `local`/`device` stores implement it here, and the
-//! distributed store will implement it too.
+//! the C layer calls; the `local`/`device` store ([`local`]) implements it
+//! here, over the key table ([`table`]) and MXNet's communicator
+//! ([`comm`]), and the distributed store (`crate::dist::store`) implements
+//! it too, reducing with the same communicator. [`Updater`] is the one
+//! update-function trait of stores and KV servers.
 #![forbid(unsafe_code)]
 
+pub mod comm;
 pub mod compression;
 pub mod group;
 pub mod keys;
 pub mod local;
+pub mod table;
 
 use crate::error::Result;
 use crate::ndarray::NDArray;
+use parking_lot::RwLock;
 use std::sync::Arc;
 
 pub use keys::{KeyKind, Keys};
 
-/// A user's update function: `(key, string key, recv, local)`; it must write
-/// its result into `local`. `str_key` is the caller's string for string-keyed
-/// stores, and `key` the internal id (registration order) there.
+/// An update function: `(key, string key, recv, local)`; it must write its
+/// result into `local`. `str_key` is the caller's string for string-keyed
+/// stores, and `key` the internal id (registration order) there; a server
+/// passes `None`. An error fails the push (or, on a server, the requests)
+/// that ran the update.
 pub trait Updater: Send + Sync {
-    fn update(&self, key: i32, str_key: Option<&[u8]>, recv: &NDArray, local: &NDArray);
+    fn update(
+        &self,
+        key: i32,
+        str_key: Option<&[u8]>,
+        recv: &NDArray,
+        local: &NDArray,
+    ) -> Result<()>;
 }
 
 impl<F> Updater for F
 where
-    F: Fn(i32, Option<&[u8]>, &NDArray, &NDArray) + Send + Sync,
+    F: Fn(i32, Option<&[u8]>, &NDArray, &NDArray) -> Result<()> + Send + Sync,
 {
-    fn update(&self, key: i32, str_key: Option<&[u8]>, recv: &NDArray, local: &NDArray) {
+    fn update(
+        &self,
+        key: i32,
+        str_key: Option<&[u8]>,
+        recv: &NDArray,
+        local: &NDArray,
+    ) -> Result<()> {
         self(key, str_key, recv, local)
+    }
+}
+
+/// Where a store (or a KV server) finds its updater. Cloneable, so that
+/// whoever installs an updater (a server's controller, a store's
+/// `set_updater`) can share it; readers take a clone of the updater and
+/// call it without holding the slot, so an updater may replace itself.
+#[derive(Clone, Default)]
+pub struct UpdaterSlot(Arc<RwLock<Option<Arc<dyn Updater>>>>);
+
+impl UpdaterSlot {
+    pub fn set(&self, updater: Option<Arc<dyn Updater>>) {
+        *self.0.write() = updater;
+    }
+
+    pub fn get(&self) -> Option<Arc<dyn Updater>> {
+        self.0.read().clone()
     }
 }
 
