@@ -854,7 +854,7 @@ mod tests {
     /// refuses them before anything is pushed, so the stored values stay.
     #[test]
     fn pushpull_refuses_compression_and_row_sparse_and_pushes_nothing() {
-        let cfg = |role, port| Config::local(role, port, 1, 1, Duration::from_secs(30));
+        let cfg = |role, port| Config::local(role, port, 1, 1, std::time::Duration::from_secs(30));
         let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
         let port = sched.port();
         let at = |role| cfg(role, port);
