@@ -5,7 +5,7 @@ and key 99, which is split over the servers), print ``rank R round T pushed``, p
 check the exact sums over the workers, print ``rank R round T done``. Every line is flushed
 at once: the test synchronises on them. With T_WAIT_AFTER=T the worker reads one line from
 stdin after round T (the test's go-ahead) before going on. A failed round prints ``rank R
-round failed: <error>``. Then the worker closes the store (barrier, shutdown) and prints
+round failed: <error>`` (on one line, on stdout: the library logs on stderr). Then the worker closes the store (barrier, shutdown) and prints
 ``rank R closed``, or ``rank R close failed: <error>`` and exits 1 (2 when only a round
 failed).
 """
@@ -17,6 +17,11 @@ import mxkv as mx
 
 def say(text):
     print(text, flush=True)
+
+
+def one_line(err):
+    # the binding's message may carry a second line ("  in KVStore.pull (key 3)")
+    return ' '.join(str(err).split())
 
 
 kv = mx.kv.create(os.environ.get('T_KVTYPE', 'dist_sync'))
@@ -46,14 +51,14 @@ try:
             line = sys.stdin.readline()
             assert line.strip() == 'go', repr(line)
 except mx.base.MXNetError as e:
-    say('rank %d round failed: %s' % (r, e))
+    say('rank %d round failed: %s' % (r, one_line(e)))
     failed = True
 # what MXNet's KVStoreDist destructor does: the workers' barrier, rank 0 stops the servers,
 # the node finalizes; after a failure it must fail too, naming the same cause
 try:
     kv.close()
 except mx.base.MXNetError as e:
-    say('rank %d close failed: %s' % (r, e))
+    say('rank %d close failed: %s' % (r, one_line(e)))
     sys.exit(1)
 if failed:
     sys.exit(2)
