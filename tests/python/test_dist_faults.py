@@ -453,3 +453,21 @@ def test_garbage_and_half_open_connections_are_dropped_and_the_cluster_goes_on(c
         assert 'rank %d round 3 done' % r in out and 'rank %d closed' % r in out, out
     for label in ('server 0', 'scheduler'):
         assert 'Error' not in c[label].output(), c.report()
+
+
+def test_a_worker_frozen_mid_round_is_lost_by_heartbeat(cluster):
+    """worker 1 is SIGSTOPped right after its push of round 2: its connections stay open, so
+    only the heartbeats (PS_HEARTBEAT_INTERVAL, PS_HEARTBEAT_TIMEOUT) tell: the scheduler
+    declares it lost, tells the others, and everyone else ends naming worker 1, long before
+    the node deadline (MXKV_TIMEOUT_S, 40 s here, beyond the test's waits)"""
+    c = cluster(2, 1, timeout_s=40, env={'T_ROUNDS': '1000', 'PS_HEARTBEAT_INTERVAL': '0.5',
+                                         'PS_HEARTBEAT_TIMEOUT': '6'})
+    c.start_all()
+    c['worker 1'].wait_line(r'^rank 1 round 2 pushed$')
+    os.killpg(c['worker 1'].pgid, signal.SIGSTOP)
+    lost = r'worker 1 \(id 11\)'
+    failed_with(c['scheduler'], r'scheduler rank 0 lost %s: no heartbeat for \d' % lost)
+    worker_failed(c['worker 0'], 0, lost, 'no heartbeat')
+    out = failed_with(c['server 0'], 'every worker is gone, nobody is left to serve: ')
+    assert re.search(lost + r': no heartbeat', error_line(c['server 0'])), out
+    assert c['worker 1'].proc.poll() is None   # still frozen: the cleanup kills it
