@@ -46,7 +46,8 @@ pub const SOCKETS_PER_CONTEXT: usize = 900;
 
 /// Received frames at least this large are kept for reuse once dropped.
 pub const RECYCLE_MIN: usize = 1 << 20;
-/// At most this many bytes of spare frames are kept (per van).
+/// At most this many bytes of spare frames are kept (per van; the oldest
+/// go first).
 const SPARE_BYTES: usize = 512 << 20;
 
 /// `ZMQ_LINGER` given to the DEALERs when the van stops (0 before).
@@ -157,19 +158,38 @@ struct Sender {
 }
 
 /// Spare frames (received, dropped, kept for a later send of that size).
-#[derive(Default)]
 struct Spares {
     frames: Mutex<(Vec<zmq::Message>, usize)>,
+    /// Bytes kept at most.
+    cap: usize,
 }
 
 impl Spares {
+    fn new(cap: usize) -> Spares {
+        Spares {
+            frames: Mutex::new((Vec::new(), 0)),
+            cap,
+        }
+    }
+
+    /// Keeps `msg`; the oldest spares make room (a size no longer sent
+    /// does not hold memory for good).
     fn give(&self, msg: zmq::Message) {
-        let mut g = self.frames.lock();
-        if g.1 + msg.len() <= SPARE_BYTES {
+        if msg.len() > self.cap {
+            return;
+        }
+        let mut freed = Vec::new();
+        {
+            let mut g = self.frames.lock();
             g.1 += msg.len();
             g.0.push(msg);
+            while g.1 > self.cap {
+                let old = g.0.remove(0);
+                g.1 -= old.len();
+                freed.push(old);
+            }
         }
-        // else `msg` is freed after the guard is released
+        drop(freed); // freed after the guard is released
     }
 
     /// A spare frame of exactly `len` bytes (the most recent one).
@@ -263,7 +283,7 @@ impl Van {
                 generation: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
-                spares: Arc::new(Spares::default()),
+                spares: Arc::new(Spares::new(SPARE_BYTES)),
                 exited: Mutex::new(false),
                 exited_cond: Condvar::new(),
                 send_timeout,
@@ -818,6 +838,28 @@ mod tests {
 
     fn pattern(n: usize, seed: usize) -> Vec<u8> {
         (0..n).map(|i| ((i + seed) % 251) as u8).collect()
+    }
+
+    /// Spares beyond the cap push out the oldest; a frame larger than the
+    /// cap is not kept; a take finds the exact size.
+    #[test]
+    fn spares_keep_the_newest_within_their_cap() {
+        let s = Spares::new(10);
+        let frame = |n: usize, b: u8| {
+            let mut m = zmq::Message::with_size(n);
+            m.fill(b);
+            m
+        };
+        s.give(frame(4, 1));
+        s.give(frame(4, 2));
+        s.give(frame(11, 3));
+        assert_eq!(s.frames.lock().1, 8);
+        s.give(frame(3, 4)); // 11 > 10: the oldest 4 goes
+        assert_eq!(s.frames.lock().1, 7);
+        assert_eq!(s.take(4).map(|m| m[0]), Some(2));
+        assert!(s.take(4).is_none());
+        assert_eq!(s.take(3).map(|m| m[0]), Some(4));
+        assert_eq!(*s.frames.lock(), (Vec::new(), 0));
     }
 
     /// A large received frame is kept once dropped and a copied send of
