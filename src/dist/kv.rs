@@ -27,6 +27,22 @@ use crate::error::{Error, ErrorKind, Result};
 /// Sends one ps-lite message to `msg.recver` (the van fills in the sender).
 pub trait Transport: Send + Sync {
     fn send(&self, msg: Message) -> Result<()>;
+
+    /// Sends `msg` with data part `part` (which exists) replaced by a copy
+    /// of `src`. A transport that can copy straight into reusable memory
+    /// overrides this (the van: [`super::van::Van::send_copying`]).
+    fn send_copying(&self, mut msg: Message, part: usize, src: &[u8]) -> Result<()> {
+        match msg.data.get_mut(part) {
+            Some(p) => *p = Bytes::copy_from_slice(src),
+            None => {
+                return Err(Error::new(format!(
+                    "internal: no data part {part} in a message of {} parts",
+                    msg.data.len()
+                )))
+            }
+        }
+        self.send(msg)
+    }
 }
 
 /// The node id of server rank `r` (ps-lite: `8 + 2r`).

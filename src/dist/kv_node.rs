@@ -24,6 +24,13 @@ impl Transport for PostofficeTransport {
             None => Err(Error::peer_lost("this node has stopped")),
         }
     }
+
+    fn send_copying(&self, msg: Message, part: usize, src: &[u8]) -> Result<()> {
+        match self.0.upgrade() {
+            Some(po) => po.send_copying(msg, part, src),
+            None => Err(Error::peer_lost("this node has stopped")),
+        }
+    }
 }
 
 impl Customer for KvWorker {

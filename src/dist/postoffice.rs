@@ -409,6 +409,23 @@ impl Postoffice {
         })
     }
 
+    /// As [`Postoffice::send`], with data part `part` a copy of `src`
+    /// ([`Van::send_copying`]: no fresh memory for a large value).
+    pub fn send_copying(&self, mut msg: Message, part: usize, src: &[u8]) -> Result<()> {
+        let to = msg.recver;
+        self.check_peer(to)?;
+        msg.sender = self.my_id();
+        self.van
+            .send_copying(msg, part, src)
+            .map(|_| ())
+            .map_err(|e| {
+                Error::with_kind(
+                    e.kind(),
+                    format!("{} → {}: {}", self.config.role, peer_name(to), e.message()),
+                )
+            })
+    }
+
     pub(crate) fn next_van_ts(&self) -> i32 {
         self.van_ts.fetch_add(1, Ordering::AcqRel)
     }

@@ -285,7 +285,13 @@ impl KvServer {
     }
 
     fn send(&mut self, out: &dyn Transport, msg: Message) {
-        if let Err(e) = out.send(msg) {
+        let r = out.send(msg);
+        self.sent(r);
+    }
+
+    /// Keeps the error of a reply that could not be sent.
+    fn sent(&mut self, r: Result<()>) {
+        if let Err(e) = r {
             if self.send_errors.len() < 64 {
                 self.send_errors.push(e);
             }
@@ -415,42 +421,48 @@ impl KvServer {
 
     /// The response to a pull of `key`: the stored bytes.
     fn pull_dense(&mut self, req: &Message, key: i32, out: &dyn Transport) -> Result<()> {
-        let reply = self.value_reply(req, key)?;
-        self.send(out, reply);
-        Ok(())
+        self.send_value(req, key, out)
     }
 
     /// `DefaultStorageResponse`: keys echoed, vals = the stored bytes, lens =
-    /// their size.
-    fn value_reply(&self, req: &Message, key: i32) -> Result<Message> {
+    /// their size. A dense value is copied by the transport straight into
+    /// the outgoing frame. `Err` when the reply cannot be made (a failed
+    /// send is kept in `send_errors`).
+    fn send_value(&mut self, req: &Message, key: i32, out: &dyn Transport) -> Result<()> {
         let e = self
             .store
             .get(&key)
             .ok_or_else(|| Error::not_inited(format!("init {key} first")))?;
-        let vals = if e.is_row_sparse() {
-            let rows: Vec<i64> = (0..e.stored.shape().dims()[0]).collect();
-            gather_rows(&e.stored, &rows)?
-        } else {
-            super::kv::copy_to_vec(e.stored.read().bytes())
+        let len_of = |n: usize| {
+            i32::try_from(n).map_err(|_| {
+                Error::new(format!("key {key}: {n} bytes exceed ps-lite's int lengths"))
+            })
         };
-        let len = i32::try_from(vals.len()).map_err(|_| {
-            Error::new(format!(
-                "key {key}: {} bytes exceed ps-lite's int lengths",
-                vals.len()
-            ))
-        })?;
         let mut m = response_to(req);
-        m.data = vec![req.data[0].clone(), Bytes::from(vals), i32_bytes(&[len])];
-        Ok(m)
+        let sent = if e.is_row_sparse() {
+            let rows: Vec<i64> = (0..e.stored.shape().dims()[0]).collect();
+            let vals = gather_rows(&e.stored, &rows)?;
+            let len = len_of(vals.len())?;
+            m.data = vec![req.data[0].clone(), Bytes::from(vals), i32_bytes(&[len])];
+            out.send(m)
+        } else {
+            let g = e.stored.read();
+            let len = len_of(g.len())?;
+            m.data = vec![req.data[0].clone(), Bytes::new(), i32_bytes(&[len])];
+            out.send_copying(m, 1, g.bytes())
+        };
+        self.sent(sent);
+        Ok(())
     }
 
-    /// The response to a queued request once its round is done.
-    fn answer(&self, req: &Message, key: i32) -> Message {
+    /// Answers a queued request once its round is done.
+    fn answer(&mut self, req: &Message, key: i32, out: &dyn Transport) {
         if req.pull {
-            self.value_reply(req, key)
-                .unwrap_or_else(|e| error_reply(req, &e))
+            if let Err(e) = self.send_value(req, key, out) {
+                self.send(out, error_reply(req, &e));
+            }
         } else {
-            response_to(req)
+            self.send(out, response_to(req));
         }
     }
 
@@ -476,8 +488,7 @@ impl KvServer {
             );
             let entry = Entry::new(dense_from(bytes, dtype)?, self.multi_precision)?;
             self.store.insert(key, entry);
-            let reply = self.answer(&keys_only(msg), key);
-            self.send(out, reply);
+            self.answer(&keys_only(msg), key, out);
             return Ok(());
         };
         ensure!(
@@ -714,8 +725,7 @@ impl KvServer {
             if let Some(realt) = &e.realt {
                 e.stored.copy_from(realt)?;
             }
-            let reply = self.answer(&keys_only(msg), key);
-            self.send(out, reply);
+            self.answer(&keys_only(msg), key, out);
             return Ok(());
         }
         if let Some(err) = &self.lost {
@@ -750,12 +760,11 @@ impl KvServer {
         let pending = std::mem::take(&mut e.pending);
         e.started = None;
         let result = apply_round(key, e, updater.as_deref());
-        let replies: Vec<Message> = match result {
-            Ok(()) => pending.iter().map(|r| self.answer(r, key)).collect(),
-            Err(err) => pending.iter().map(|r| error_reply(r, &err)).collect(),
-        };
-        for r in replies {
-            self.send(out, r);
+        for r in &pending {
+            match &result {
+                Ok(()) => self.answer(r, key, out),
+                Err(err) => self.send(out, error_reply(r, err)),
+            }
         }
     }
 

@@ -87,6 +87,30 @@ pub struct KvWorker {
     residuals: Mutex<HashMap<i32, Vec<f32>>>,
 }
 
+/// The values of a push: bytes made for it, or a dense array whose bytes
+/// the transport copies straight into the outgoing frames
+/// ([`Transport::send_copying`]: no buffer of their own, no second copy).
+enum Vals<'a> {
+    Owned(Vec<u8>),
+    Array(&'a NDArray),
+}
+
+impl Vals<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Vals::Owned(v) => v.len(),
+            Vals::Array(a) => a.size() * a.dtype().size(),
+        }
+    }
+}
+
+/// A message of a request; `copy`: the range of the request's values its
+/// vals part (data part 1) gets when it is sent.
+struct Outgoing {
+    msg: Message,
+    copy: Option<std::ops::Range<usize>>,
+}
+
 /// One output of a pull: the array the bytes go to.
 enum Dest<'a> {
     Dense(&'a NDArray),
@@ -211,7 +235,13 @@ impl KvWorker {
     /// Registers a request under a new timestamp, stamps `msgs` with it and
     /// sends them (the lock is not held while sending: an in-process
     /// transport may answer at once).
-    fn issue(&self, what: String, detached: Option<i32>, mut msgs: Vec<Message>) -> Result<i32> {
+    fn issue(
+        &self,
+        what: String,
+        detached: Option<i32>,
+        mut msgs: Vec<Outgoing>,
+        src: Option<Vals<'_>>,
+    ) -> Result<i32> {
         let ts = {
             let mut st = self.st.lock();
             if let Some(e) = &st.lost {
@@ -222,7 +252,7 @@ impl KvWorker {
             st.reqs.insert(
                 ts,
                 Req {
-                    waiting: msgs.iter().map(|m| m.recver).collect(),
+                    waiting: msgs.iter().map(|m| m.msg.recver).collect(),
                     replies: Vec::new(),
                     error: None,
                     what,
@@ -236,11 +266,25 @@ impl KvWorker {
             ts
         };
         for m in &mut msgs {
-            m.timestamp = ts;
+            m.msg.timestamp = ts;
         }
-        for m in msgs {
+        // an array's bytes are read (and it is kept from writers) while sent
+        let guard;
+        let src: &[u8] = match &src {
+            Some(Vals::Array(a)) => {
+                guard = a.read();
+                guard.bytes()
+            }
+            Some(Vals::Owned(v)) => v,
+            None => &[],
+        };
+        for Outgoing { msg: m, copy } in msgs {
             let to = m.recver;
-            if let Err(e) = self.transport.send(m) {
+            let sent = match copy {
+                Some(r) => self.transport.send_copying(m, 1, &src[r]),
+                None => self.transport.send(m),
+            };
+            if let Err(e) = sent {
                 self.st.lock().reqs.remove(&ts);
                 self.cv.notify_all();
                 return Err(Error::with_kind(
@@ -351,41 +395,44 @@ impl KvWorker {
     }
 
     /// Builds one KV message per server slice of `pskv` (values `vals`;
-    /// `None` for a pull, which sends `[keys, empty]` and no lens). A value
-    /// going to one server is handed over whole (no copy); a split one is
-    /// copied once into one buffer per server.
-    fn kv_messages(
+    /// `None` for a pull, which sends `[keys, empty]` and no lens), and the
+    /// values its messages copy from when sent. Bytes made for the request
+    /// and going to one server are handed over whole (no copy); an array's
+    /// bytes, or a split value, are copied once, each slice into its frame.
+    fn kv_messages<'a>(
         &self,
         cmd: i32,
         push: bool,
         pull: bool,
         pskv: &Pskv,
-        vals: Option<Vec<u8>>,
-    ) -> Result<Vec<Message>> {
+        vals: Option<Vals<'a>>,
+    ) -> Result<(Vec<Outgoing>, Option<Vals<'a>>)> {
         let ranges = self.servers();
         let slices = match &vals {
             Some(v) => slice(&pskv.keys, Some(&pskv.lens), v.len(), &ranges)?,
             None => slice(&pskv.keys, None, 0, &ranges)?,
         };
         let mut vals = vals;
-        let mut whole = if slices.len() == 1 {
-            vals.take().map(Bytes::from)
-        } else {
-            None
+        let mut whole = match vals.take() {
+            Some(Vals::Owned(v)) if slices.len() == 1 => Some(Bytes::from(v)),
+            v => {
+                vals = v;
+                None
+            }
         };
         let mut msgs = Vec::with_capacity(slices.len());
         for s in slices {
             let keys = u64_bytes(&pskv.keys[s.keys.clone()]);
+            let mut copy = None;
             let data = match (&vals, whole.take()) {
                 (_, Some(all)) => vec![keys, all, i32_bytes(&pskv.lens[s.keys.clone()])],
-                (Some(v), None) => vec![
-                    keys,
-                    Bytes::from(v[s.vals.clone()].to_vec()),
-                    i32_bytes(&pskv.lens[s.keys.clone()]),
-                ],
+                (Some(_), None) => {
+                    copy = Some(s.vals.clone());
+                    vec![keys, Bytes::new(), i32_bytes(&pskv.lens[s.keys.clone()])]
+                }
                 (None, None) => vec![keys, Bytes::new()],
             };
-            msgs.push(Message {
+            let msg = Message {
                 head: cmd,
                 request: true,
                 push,
@@ -395,9 +442,10 @@ impl KvWorker {
                 recver: server_id(s.server),
                 data,
                 ..Message::default()
-            });
+            };
+            msgs.push(Outgoing { msg, copy });
         }
-        Ok(msgs)
+        Ok((msgs, vals))
     }
 
     /// Sends a SimpleApp command to every server (in server order) and waits
@@ -406,18 +454,21 @@ impl KvWorker {
         let name = Command::from_head(head)
             .map_or_else(|| format!("command {head}"), |c| format!("{c:?} command"));
         let msgs = (0..self.cfg.num_servers)
-            .map(|r| Message {
-                head,
-                body: body.to_vec(),
-                request: true,
-                simple_app: true,
-                app_id: 0,
-                customer_id: self.cfg.customer_id,
-                recver: server_id(r),
-                ..Message::default()
+            .map(|r| Outgoing {
+                msg: Message {
+                    head,
+                    body: body.to_vec(),
+                    request: true,
+                    simple_app: true,
+                    app_id: 0,
+                    customer_id: self.cfg.customer_id,
+                    recver: server_id(r),
+                    ..Message::default()
+                },
+                copy: None,
             })
             .collect();
-        let ts = self.issue(name, None, msgs)?;
+        let ts = self.issue(name, None, msgs, None)?;
         self.wait(ts).map(|_| ())
     }
 
@@ -426,18 +477,23 @@ impl KvWorker {
 
     /// The ps layout, command and bytes of a push of `value` to `key`
     /// (`init`: the first push, uncompressed, every row of a row_sparse value).
-    fn encode_push(&self, key: i32, value: &NDArray, init: bool) -> Result<(Pskv, i32, Vec<u8>)> {
+    fn encode_push<'a>(
+        &self,
+        key: i32,
+        value: &'a NDArray,
+        init: bool,
+    ) -> Result<(Pskv, i32, Vals<'a>)> {
         let dtype = value.dtype();
         check_float(key, dtype)?;
         let compression = self.compression();
         match value.stype() {
             StorageType::Default => {
                 let n = value.size();
-                let bytes = copy_to_vec(value.read().bytes());
                 match compression {
                     None => {
                         let p = self.enc.lock().encode_default(key, n, dtype.size())?;
-                        Ok((p, command_type(RequestType::Default, dtype.code()), bytes))
+                        let cmd = command_type(RequestType::Default, dtype.code());
+                        Ok((p, cmd, Vals::Array(value)))
                     }
                     Some(c) => {
                         ensure!(
@@ -451,10 +507,11 @@ impl KvWorker {
                                 .enc
                                 .lock()
                                 .encode_compressed(key, n, false, 4, factor)?;
-                            return Ok((p, command_type(RequestType::Default, 0), bytes));
+                            let cmd = command_type(RequestType::Default, 0);
+                            return Ok((p, cmd, Vals::Array(value)));
                         }
                         let p = self.enc.lock().encode_compressed(key, n, true, 4, factor)?;
-                        let grad: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+                        let grad: Vec<f32> = bytemuck::pod_collect_to_vec(value.read().bytes());
                         let mut words = vec![0u32; c.compressed_len(n)];
                         {
                             let mut res = self.residuals.lock();
@@ -466,7 +523,7 @@ impl KvWorker {
                             c.quantize(&grad, r, &mut words);
                         }
                         let wb: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-                        Ok((p, command_type(RequestType::Compressed, 0), wb))
+                        Ok((p, command_type(RequestType::Compressed, 0), Vals::Owned(wb)))
                     }
                 }
             }
@@ -496,7 +553,8 @@ impl KvWorker {
                     total as usize,
                     dtype.size(),
                 )?;
-                Ok((p, command_type(RequestType::RowSparse, dtype.code()), bytes))
+                let cmd = command_type(RequestType::RowSparse, dtype.code());
+                Ok((p, cmd, Vals::Owned(bytes)))
             }
             _ => bail!(
                 "key {key}: only dense and row_sparse values can be pushed to a distributed store"
@@ -509,9 +567,9 @@ impl KvWorker {
     pub fn push(&self, items: &[(i32, &NDArray)]) -> Result<()> {
         for &(key, value) in items {
             self.wait_push(key)?;
-            let (pskv, cmd, bytes) = self.encode_push(key, value, false)?;
-            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(bytes))?;
-            self.issue(format!("push of key {key}"), Some(key), msgs)?;
+            let (pskv, cmd, vals) = self.encode_push(key, value, false)?;
+            let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
+            self.issue(format!("push of key {key}"), Some(key), msgs, src)?;
         }
         Ok(())
     }
@@ -523,9 +581,9 @@ impl KvWorker {
         let mut sent = Vec::new();
         for &(key, value) in items {
             self.wait_push(key)?;
-            let (pskv, cmd, bytes) = self.encode_push(key, value, true)?;
-            let msgs = self.kv_messages(cmd, true, false, &pskv, Some(bytes))?;
-            let ts = self.issue(format!("init of key {key}"), None, msgs)?;
+            let (pskv, cmd, vals) = self.encode_push(key, value, true)?;
+            let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
+            let ts = self.issue(format!("init of key {key}"), None, msgs, src)?;
             sent.push(ts);
         }
         let deadline = Instant::now() + self.cfg.timeout;
@@ -599,14 +657,14 @@ impl KvWorker {
                 value.size(),
                 out.size()
             );
-            let (pskv, cmd, bytes) = self.encode_push(key, value, false)?;
+            let (pskv, cmd, vals) = self.encode_push(key, value, false)?;
             let ts = self.send_built(
                 format!("pushpull of key {key}"),
                 cmd,
                 true,
                 true,
                 &pskv,
-                Some(bytes),
+                Some(vals),
             )?;
             sent.push((ts, key, pskv, Dest::Dense(out)));
         }
@@ -655,10 +713,10 @@ impl KvWorker {
         push: bool,
         pull: bool,
         pskv: &Pskv,
-        vals: Option<Vec<u8>>,
+        vals: Option<Vals<'_>>,
     ) -> Result<i32> {
-        let msgs = self.kv_messages(cmd, push, pull, pskv, vals)?;
-        self.issue(what, None, msgs)
+        let (msgs, src) = self.kv_messages(cmd, push, pull, pskv, vals)?;
+        self.issue(what, None, msgs, src)
     }
 
     /// Waits for pulls and writes their values (all are waited for; the
