@@ -407,6 +407,21 @@ def test_unequal_step_counts(cluster):
     failed_with(c['scheduler'], r'scheduler rank 0 lost worker [01] \(id (9|11)\)')
 
 
+def test_a_store_left_open_that_fails_at_exit_fails_the_process(cluster):
+    """worker 1 ends its script without closing the store; at exit its closing barrier waits
+    for worker 0, which is SIGKILLed: worker 1 exits 1 naming worker 0 (Python alone would
+    print the atexit error and exit 0, and the job would pass for a success)"""
+    c = cluster(2, 1, env={'T_ROUNDS': '3', 'T_WAIT_AFTER': '2', 'T_NO_CLOSE': '1'})
+    c.start_all(stdin=True)
+    for r in (0, 1):
+        c['worker %d' % r].wait_line(r'^rank %d waiting$' % r)
+    c['worker 1'].send('go\n')
+    c['worker 1'].wait_line(r'^rank 1 ends without close$')
+    c['worker 0'].kill()
+    assert c['worker 0'].proc.wait(WAIT) == -signal.SIGKILL
+    failed_with(c['worker 1'], r'^mxkv: at exit: .*worker 0 \(id 9\)', code=1)
+
+
 def test_garbage_and_half_open_connections_are_dropped_and_the_cluster_goes_on(cluster):
     """after round 0 the workers wait; meanwhile the server's and the scheduler's ports get
     raw garbage and a half-open TCP connection (kept open to the end), the server's port a

@@ -199,7 +199,17 @@ def _notify_shutdown():
     very same library, does it)."""
     if _same_library_as_mxnet():
         return
-    check_call(_LIB.MXNotifyShutdown())
+    if _LIB.MXNotifyShutdown() != 0:
+        # Only a dist store left open can fail here (its closing barrier or node shutdown,
+        # e.g. a peer died). Python prints an exception raised in an atexit handler but keeps
+        # the exit status 0, and a launcher would take the job for a success: end with 1.
+        sys.stderr.write('mxkv: at exit: %s\n' % last_error())
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(1)
 
 
 atexit.register(_notify_shutdown)
