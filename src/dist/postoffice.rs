@@ -647,6 +647,12 @@ impl Postoffice {
                 }
                 Flow::Continue
             }
+            // Only a new connection clears a suspicion: a message can be one
+            // the peer sent before it died, read after the break.
+            Event::Connected { peer } => {
+                self.state.lock().suspects.remove(&peer);
+                Flow::Continue
+            }
             Event::Tick => {
                 self.on_tick();
                 Flow::Continue
@@ -670,10 +676,6 @@ impl Postoffice {
             if !self.state.lock().seen_sigs.insert(sig) {
                 return Flow::Continue;
             }
-        }
-        // Any sign of life clears a suspicion.
-        if msg.sender != EMPTY {
-            self.state.lock().suspects.remove(&msg.sender);
         }
         match msg.cmd() {
             Command::Empty => {

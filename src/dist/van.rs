@@ -53,6 +53,7 @@ const SPARE_BYTES: usize = 512 << 20;
 /// `ZMQ_LINGER` given to the DEALERs when the van stops (0 before).
 const FLUSH_ON_STOP_MS: i32 = 200;
 
+const EVENT_CONNECTED: u16 = 0x0001;
 const EVENT_DISCONNECTED: u16 = 0x0200;
 const EVENT_MONITOR_STOPPED: u16 = 0x0400;
 
@@ -65,6 +66,8 @@ pub enum Event {
     /// The connection of our DEALER to `peer` broke (the peer's process or
     /// socket went away). libzmq keeps reconnecting in the background.
     Disconnected { peer: i32 },
+    /// Our DEALER to `peer` connected (first, or again after a break).
+    Connected { peer: i32 },
     /// Nothing arrived for a [`TICK`]; for timers.
     Tick,
 }
@@ -375,7 +378,7 @@ impl Van {
         }
         let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let mon_ep = format!("inproc://mxkv-monitor-{}-{generation}", std::process::id());
-        sock.monitor(&mon_ep, i32::from(EVENT_DISCONNECTED))
+        sock.monitor(&mon_ep, i32::from(EVENT_CONNECTED | EVENT_DISCONNECTED))
             .map_err(|e| zerr("zmq_socket_monitor", e))?;
         let mon = ctx
             .socket(zmq::PAIR)
@@ -666,13 +669,14 @@ fn receive_loop(van: &Van, router: zmq::Socket, handler: &mut Handler) {
                     stopped_monitors.push(i);
                     break;
                 }
-                if event == EVENT_DISCONNECTED {
-                    let current = van.shared.senders.lock().get(&m.peer).map(|s| s.generation);
-                    if current == Some(m.generation)
-                        && handler(van, Event::Disconnected { peer: m.peer }) == Flow::Stop
-                    {
-                        return;
-                    }
+                let ev = match event {
+                    EVENT_DISCONNECTED => Event::Disconnected { peer: m.peer },
+                    EVENT_CONNECTED => Event::Connected { peer: m.peer },
+                    _ => continue,
+                };
+                let current = van.shared.senders.lock().get(&m.peer).map(|s| s.generation);
+                if current == Some(m.generation) && handler(van, ev) == Flow::Stop {
+                    return;
                 }
             }
         }
