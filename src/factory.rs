@@ -14,9 +14,9 @@ use crate::store::KvStore;
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 
-/// This process's worker node (ps-lite has one postoffice per process) and
-/// the next customer id; the node serves one dist store at a time.
-static WORKER_NODE: Mutex<Option<(Weak<Postoffice>, i32)>> = Mutex::new(None);
+/// This process's worker node (ps-lite has one postoffice per process); it
+/// serves one dist store, once.
+static WORKER_NODE: Mutex<Option<Weak<Postoffice>>> = Mutex::new(None);
 
 /// This process's dist worker stores, for [`close_dist_stores`].
 static WORKER_STORES: Mutex<Vec<Weak<DistStore>>> = Mutex::new(Vec::new());
@@ -75,7 +75,7 @@ pub fn create(type_str: &[u8]) -> Result<Arc<dyn KvStore>> {
             return Ok(Arc::new(DistStore::new(name, config)?));
         }
         let mut node = WORKER_NODE.lock();
-        if let Some((po, _)) = node.as_mut() {
+        if let Some(po) = node.as_ref() {
             match po.upgrade() {
                 // One dist store per worker process: the servers hold one key space
                 // for the whole job, so a second store could not be independent of
@@ -91,8 +91,8 @@ pub fn create(type_str: &[u8]) -> Result<Arc<dyn KvStore>> {
             }
         }
         let po = Postoffice::start(config)?;
-        *node = Some((Arc::downgrade(&po), 1));
-        return Ok(track(DistStore::worker_on(name, po, 0)?));
+        *node = Some(Arc::downgrade(&po));
+        return Ok(track(DistStore::worker_on(name, po)?));
     }
     if has(b"nccl") {
         bail!("this build has no NCCL: compile with USE_NCCL=1 to use {shown}");

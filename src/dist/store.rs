@@ -44,11 +44,14 @@ struct KeyInfo {
     comm: Arc<CommKey>,
 }
 
+/// The customer id of the worker store on its node (MXNet's `KVStoreDist`
+/// uses 0).
+const CUSTOMER: i32 = 0;
+
 /// The worker side of a dist store.
 struct WorkerSide {
     po: Arc<Postoffice>,
     w: Arc<KvWorker>,
-    cid: i32,
     /// MXNet's `comm_`: reduces the values of several devices.
     comm: Comm,
     kind: KindLock,
@@ -104,7 +107,7 @@ impl DistStore {
         match config.role {
             Role::Worker => {
                 let po = Postoffice::start(config)?;
-                Self::worker_on(type_name, po, 0)
+                Self::worker_on(type_name, po)
             }
             _ => Ok(DistStore {
                 type_name,
@@ -118,17 +121,16 @@ impl DistStore {
         }
     }
 
-    /// A worker store with customer id `cid` on a started worker node. The
-    /// store with customer id 0 finalizes the node when it closes.
-    pub fn worker_on(type_name: Vec<u8>, po: Arc<Postoffice>, cid: i32) -> Result<DistStore> {
-        let w = kv_node::worker_on(&po, cid);
+    /// The worker store of a started worker node (a worker process has
+    /// one, see `crate::factory`). It finalizes the node when it closes.
+    pub fn worker_on(type_name: Vec<u8>, po: Arc<Postoffice>) -> Result<DistStore> {
+        let w = kv_node::worker_on(&po, CUSTOMER);
         let device = has(&type_name, b"device");
         let sync = !has(&type_name, b"_async");
         let side = WorkerSide {
             comm: Comm::new(device),
             po,
             w,
-            cid,
             kind: KindLock::default(),
             names: RwLock::new(StrRegistry::default()),
             table: RwLock::new(HashMap::new()),
@@ -136,7 +138,7 @@ impl DistStore {
             closed: Mutex::new(None),
             compressed: AtomicBool::new(false),
         };
-        if sync && side.po.my_rank() == 0 && cid == 0 {
+        if sync && side.po.my_rank() == 0 {
             if let Err(e) = side.w.command(Command::SyncMode.head(), b"") {
                 side.po.stop();
                 return Err(e);
@@ -275,11 +277,11 @@ impl WorkerSide {
                 );
             }
         }
-        if self.po.my_rank() == 0 && self.cid == 0 {
+        if self.po.my_rank() == 0 {
             let items: Vec<(i32, &NDArray)> = ids.iter().copied().zip(vals).collect();
             self.w.init(&items)?;
         }
-        self.po.barrier(self.cid, WORKER_GROUP)
+        self.po.barrier(CUSTOMER, WORKER_GROUP)
     }
 
     /// `comm_->Reduce`: one value per distinct key.
@@ -531,7 +533,7 @@ impl WorkerSide {
     fn set_gradient_compression(&self, params: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         self.check_open()?;
         let p = CompressionParams::parse(params)?;
-        if self.po.my_rank() == 0 && self.cid == 0 {
+        if self.po.my_rank() == 0 {
             self.w.command(
                 Command::SetGradientCompression.head(),
                 p.encode().as_bytes(),
@@ -553,22 +555,20 @@ impl WorkerSide {
         let bbe = self.barrier_before_exit.load(Ordering::Acquire);
         let mut r = self.w.wait_all();
         if bbe && r.is_ok() {
-            r = self.po.barrier(self.cid, WORKER_GROUP);
-            if r.is_ok() && self.po.my_rank() == 0 && self.cid == 0 {
+            r = self.po.barrier(CUSTOMER, WORKER_GROUP);
+            if r.is_ok() && self.po.my_rank() == 0 {
                 r = self.w.command(Command::StopServer.head(), b"");
             }
         }
-        self.po.unregister_customer(0, self.cid);
-        if self.cid == 0 {
-            let f = if r.is_ok() {
-                self.po.finalize(bbe)
-            } else {
-                self.po.stop();
-                Ok(())
-            };
-            if r.is_ok() {
-                r = f;
-            }
+        self.po.unregister_customer(0, CUSTOMER);
+        let f = if r.is_ok() {
+            self.po.finalize(bbe)
+        } else {
+            self.po.stop();
+            Ok(())
+        };
+        if r.is_ok() {
+            r = f;
         }
         *closed = Some(r.clone());
         r
@@ -711,7 +711,7 @@ impl KvStore for DistStore {
     fn barrier(&self) -> Result<()> {
         let w = self.worker("barrier")?;
         w.check_open()?;
-        w.po.barrier(w.cid, WORKER_GROUP)
+        w.po.barrier(CUSTOMER, WORKER_GROUP)
     }
 
     fn set_barrier_before_exit(&self, barrier: bool) -> Result<()> {
