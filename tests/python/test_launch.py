@@ -273,6 +273,22 @@ def test_dry_run_defaults_and_options():
                for _, env in blocks)
 
 
+@pytest.mark.parametrize('mine,nodes', [
+    (None, 'glibc.malloc.hugetlb=1'),
+    ('glibc.malloc.arena_max=2', 'glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1'),
+    ('glibc.malloc.hugetlb=0', 'glibc.malloc.hugetlb=0'),
+])
+def test_nodes_get_huge_pages_for_malloc_unless_told_otherwise(mine, nodes):
+    """every node runs with glibc.malloc.hugetlb=1 added to the launcher's GLIBC_TUNABLES
+    (libzmq's fresh receive buffers are faulted in 2 MB at a time), unless it sets it"""
+    env = dict(os.environ)
+    env.pop('GLIBC_TUNABLES', None)
+    if mine is not None:
+        env['GLIBC_TUNABLES'] = mine
+    blocks = parse_blocks(dry_run(['-n', '1', '-s', '1', 'cmd'], env=env))
+    assert [e['GLIBC_TUNABLES'] for _, e in blocks] == [nodes] * 3
+
+
 def test_entry_point_main_in_process(capsys):
     from mxkv import launch
     assert launch.main(['-n', '1', '-s', '1', '--dry-run', '--', 'cmd', '-n', '5']) == 0
