@@ -53,7 +53,7 @@ const SPARE_BYTES: usize = 512 << 20;
 /// `ZMQ_LINGER` given to the DEALERs when the van stops (0 before).
 const FLUSH_ON_STOP_MS: i32 = 200;
 
-const EVENT_CONNECTED: u16 = 0x0001;
+const EVENT_HANDSHAKE_SUCCEEDED: u16 = 0x1000;
 const EVENT_DISCONNECTED: u16 = 0x0200;
 const EVENT_MONITOR_STOPPED: u16 = 0x0400;
 
@@ -66,7 +66,8 @@ pub enum Event {
     /// The connection of our DEALER to `peer` broke (the peer's process or
     /// socket went away). libzmq keeps reconnecting in the background.
     Disconnected { peer: i32 },
-    /// Our DEALER to `peer` connected (first, or again after a break).
+    /// Our DEALER to `peer` connected and completed ZeroMQ's handshake
+    /// (first, or again after a break).
     Connected { peer: i32 },
     /// Nothing arrived for a [`TICK`]; for timers.
     Tick,
@@ -162,45 +163,76 @@ struct Sender {
 
 /// Spare frames (received, dropped, kept for a later send of that size).
 struct Spares {
-    frames: Mutex<(Vec<zmq::Message>, usize)>,
+    inner: Mutex<SpareFrames>,
     /// Bytes kept at most.
     cap: usize,
 }
 
+#[derive(Default)]
+struct SpareFrames {
+    /// Oldest first.
+    frames: Vec<zmq::Message>,
+    bytes: usize,
+    /// Sizes a send looked for and did not find, newest last: only frames
+    /// of these sizes are kept (a node that never sends a size, e.g. a
+    /// worker receiving replies to compressed pushes, keeps nothing).
+    wanted: Vec<usize>,
+}
+
+/// How many recently wanted sizes are remembered.
+const WANTED_SIZES: usize = 64;
+
 impl Spares {
     fn new(cap: usize) -> Spares {
         Spares {
-            frames: Mutex::new((Vec::new(), 0)),
+            inner: Mutex::new(SpareFrames::default()),
             cap,
         }
     }
 
-    /// Keeps `msg`; the oldest spares make room (a size no longer sent
-    /// does not hold memory for good).
+    /// Keeps `msg` if a send wanted its size; the oldest spares make room
+    /// (a size no longer sent does not hold memory for good).
     fn give(&self, msg: zmq::Message) {
         if msg.len() > self.cap {
             return;
         }
         let mut freed = Vec::new();
         {
-            let mut g = self.frames.lock();
-            g.1 += msg.len();
-            g.0.push(msg);
-            while g.1 > self.cap {
-                let old = g.0.remove(0);
-                g.1 -= old.len();
+            let mut g = self.inner.lock();
+            if !g.wanted.contains(&msg.len()) {
+                drop(g);
+                return;
+            }
+            g.bytes += msg.len();
+            g.frames.push(msg);
+            while g.bytes > self.cap {
+                let old = g.frames.remove(0);
+                g.bytes -= old.len();
                 freed.push(old);
             }
         }
         drop(freed); // freed after the guard is released
     }
 
-    /// A spare frame of exactly `len` bytes (the most recent one).
+    /// A spare frame of exactly `len` bytes (the most recent one); a miss
+    /// marks `len` as wanted.
     fn take(&self, len: usize) -> Option<zmq::Message> {
-        let mut g = self.frames.lock();
-        let i = g.0.iter().rposition(|m| m.len() == len)?;
-        g.1 -= len;
-        Some(g.0.swap_remove(i))
+        let mut g = self.inner.lock();
+        match g.frames.iter().rposition(|m| m.len() == len) {
+            Some(i) => {
+                g.bytes -= len;
+                Some(g.frames.remove(i))
+            }
+            None => {
+                if !g.wanted.contains(&len) {
+                    if g.wanted.len() == WANTED_SIZES {
+                        g.wanted.remove(0);
+                    }
+                    g.wanted.push(len);
+                }
+                None
+            }
+        }
     }
 }
 
@@ -378,8 +410,11 @@ impl Van {
         }
         let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let mon_ep = format!("inproc://mxkv-monitor-{}-{generation}", std::process::id());
-        sock.monitor(&mon_ep, i32::from(EVENT_CONNECTED | EVENT_DISCONNECTED))
-            .map_err(|e| zerr("zmq_socket_monitor", e))?;
+        sock.monitor(
+            &mon_ep,
+            i32::from(EVENT_HANDSHAKE_SUCCEEDED | EVENT_DISCONNECTED),
+        )
+        .map_err(|e| zerr("zmq_socket_monitor", e))?;
         let mon = ctx
             .socket(zmq::PAIR)
             .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
@@ -388,10 +423,8 @@ impl Van {
             .map_err(|e| zerr("cannot connect the socket monitor", e))?;
         sock.connect(&endpoint)
             .map_err(|e| Error::usage(format!("cannot connect to {endpoint}: {e}")))?;
-        self.shared
-            .new_monitors
-            .lock()
-            .push((peer, generation, mon));
+        // The sender first: the receive thread drops a monitor whose
+        // generation is not the current sender's.
         self.shared.senders.lock().insert(
             peer,
             Arc::new(Sender {
@@ -400,6 +433,10 @@ impl Van {
                 endpoint,
             }),
         );
+        self.shared
+            .new_monitors
+            .lock()
+            .push((peer, generation, mon));
         Ok(())
     }
 
@@ -440,7 +477,7 @@ impl Van {
 
     /// How many spare frames the van holds (tests).
     pub fn spare_frames(&self) -> usize {
-        self.shared.spares.frames.lock().0.len()
+        self.shared.spares.inner.lock().frames.len()
     }
 
     /// As [`Van::send`], but gives up at once (error) where `send` would wait
@@ -565,7 +602,7 @@ impl Van {
         self.router.lock().take();
         self.shared.new_monitors.lock().clear();
         self.shared.contexts.lock().contexts.clear();
-        *self.shared.spares.frames.lock() = (Vec::new(), 0);
+        *self.shared.spares.inner.lock() = SpareFrames::default();
     }
 
     /// Whether [`Van::stop`] was called.
@@ -671,7 +708,7 @@ fn receive_loop(van: &Van, router: zmq::Socket, handler: &mut Handler) {
                 }
                 let ev = match event {
                     EVENT_DISCONNECTED => Event::Disconnected { peer: m.peer },
-                    EVENT_CONNECTED => Event::Connected { peer: m.peer },
+                    EVENT_HANDSHAKE_SUCCEEDED => Event::Connected { peer: m.peer },
                     _ => continue,
                 };
                 let current = van.shared.senders.lock().get(&m.peer).map(|s| s.generation);
@@ -854,16 +891,24 @@ mod tests {
             m.fill(b);
             m
         };
+        let bytes = || s.inner.lock().bytes;
+        s.give(frame(4, 0)); // no send wanted 4 bytes yet: not kept
+        assert_eq!(bytes(), 0);
+        for n in [4, 3, 11] {
+            assert!(s.take(n).is_none()); // a miss: now wanted
+        }
         s.give(frame(4, 1));
         s.give(frame(4, 2));
         s.give(frame(11, 3));
-        assert_eq!(s.frames.lock().1, 8);
+        s.give(frame(5, 9)); // never wanted
+        assert_eq!(bytes(), 8);
         s.give(frame(3, 4)); // 11 > 10: the oldest 4 goes
-        assert_eq!(s.frames.lock().1, 7);
+        assert_eq!(bytes(), 7);
         assert_eq!(s.take(4).map(|m| m[0]), Some(2));
         assert!(s.take(4).is_none());
         assert_eq!(s.take(3).map(|m| m[0]), Some(4));
-        assert_eq!(*s.frames.lock(), (Vec::new(), 0));
+        assert_eq!(bytes(), 0);
+        assert!(s.inner.lock().frames.is_empty());
     }
 
     /// A large received frame is kept once dropped and a copied send of
@@ -876,13 +921,25 @@ mod tests {
         b.connect(9, "127.0.0.1", i32::from(a.port())).unwrap();
         let n = RECYCLE_MIN + 8;
         let wait = Duration::from_secs(20);
-        a.send(msg(
-            8,
-            vec![Bytes::from(vec![7u8; 8]), Bytes::from(pattern(n, 0))],
-        ))
-        .unwrap();
-        let got = brx.recv_timeout(wait).unwrap();
-        assert_eq!(got.data[1], pattern(n, 0));
+        let big_from_a = |b0: usize| {
+            a.send(msg(
+                8,
+                vec![Bytes::from(vec![7u8; 8]), Bytes::from(pattern(n, b0))],
+            ))
+            .unwrap();
+            let got = brx.recv_timeout(wait).unwrap();
+            assert_eq!(got.data[1], pattern(n, b0));
+            got
+        };
+        // b has never sent a copied frame of this size: not kept
+        drop(big_from_a(0));
+        assert_eq!(b.spare_frames(), 0);
+        // now it has (there was no spare): frames of the size are kept
+        let first = pattern(n, 1);
+        let m = msg(9, vec![Bytes::from(vec![1u8; 8]), Bytes::new()]);
+        b.send_copying(m, 1, &first).unwrap();
+        assert_eq!(arx.recv_timeout(wait).unwrap().data[1], first);
+        let got = big_from_a(2);
         assert_eq!(b.spare_frames(), 0, "kept while the message lives");
         drop(got);
         assert_eq!(b.spare_frames(), 1);
