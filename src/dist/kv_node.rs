@@ -129,6 +129,7 @@ pub fn serve(
     let cfg = server.config();
     let shared = Arc::new(Mutex::new(std::mem::replace(server, KvServer::new(cfg))));
     let (tx, rx) = mpsc::channel();
+    let early = tx.clone();
     po.register_customer(
         0,
         0,
@@ -138,6 +139,14 @@ pub fn serve(
             tx: Mutex::new(tx),
         }),
     );
+    // Peers lost before the server was registered were told to nobody (one
+    // lost since may come twice: counted once below).
+    for id in po.lost_peers() {
+        if let Err(e) = po.check_peer(id) {
+            let _ = early.send(ServerEvent::PeerLost(id, e));
+        }
+    }
+    drop(early);
     let out = PostofficeTransport(Arc::downgrade(po));
     // A round fails before the waiting workers' own deadline (the node's
     // deadline, counted from their push), so that they hear from the server
@@ -154,10 +163,11 @@ pub fn serve(
                 }
             }
             Ok(ServerEvent::PeerLost(id, e)) => {
-                shared.lock().on_peer_lost(id, &e, &out);
-                if !lost.iter().any(|(p, _)| *p == id) {
-                    lost.push((id, e));
+                if lost.iter().any(|(p, _)| *p == id) {
+                    continue;
                 }
+                shared.lock().on_peer_lost(id, &e, &out);
+                lost.push((id, e));
                 let is_worker = |id: i32| id >= 9 && id % 2 == 1;
                 if lost.iter().filter(|(p, _)| is_worker(*p)).count() >= cfg.num_workers {
                     let why: Vec<&str> = lost.iter().map(|(_, e)| e.message()).collect();
