@@ -197,13 +197,17 @@ def _same_library_as_mxnet():
 def _notify_shutdown():
     """Tell the library the interpreter is exiting (unless MXNet itself, sharing the
     very same library, does it)."""
-    if _same_library_as_mxnet():
+    if _same_library_as_mxnet() or os.getpid() != _IMPORT_PID:
+        # a forked child shares no node with its parent: its copies of the parent's stores
+        # are not its own to close (a barrier there would only wait out the deadline)
         return
     if _LIB.MXNotifyShutdown() != 0:
         # Only a dist store left open can fail here (its closing barrier or node shutdown,
         # e.g. a peer died). Python prints an exception raised in an atexit handler but keeps
         # the exit status 0, and a launcher would take the job for a success: end with 1.
         sys.stderr.write('mxkv: at exit: %s\n' % last_error())
+        if 'logging' in sys.modules:
+            sys.modules['logging'].shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -212,4 +216,5 @@ def _notify_shutdown():
         os._exit(1)
 
 
+_IMPORT_PID = os.getpid()
 atexit.register(_notify_shutdown)
