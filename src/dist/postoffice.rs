@@ -377,15 +377,16 @@ impl Postoffice {
     /// Registers the customer for `(app_id, customer_id)` and delivers any
     /// message that arrived for it before.
     pub fn register_customer(&self, app_id: i32, customer_id: i32, c: Arc<dyn Customer>) {
-        self.customers
-            .lock()
-            .insert((app_id, customer_id), c.clone());
-        let parked = self
-            .state
-            .lock()
-            .parked
-            .remove(&(app_id, customer_id))
-            .unwrap_or_default();
+        // Under the state lock, as `deliver` looks a customer up and parks
+        // under it: else a message could be parked just after this took the
+        // parked ones, and wait for ever.
+        let parked = {
+            let mut st = self.state.lock();
+            self.customers
+                .lock()
+                .insert((app_id, customer_id), c.clone());
+            st.parked.remove(&(app_id, customer_id)).unwrap_or_default()
+        };
         for m in parked {
             c.on_message(m);
         }
@@ -799,6 +800,9 @@ impl Postoffice {
 
     fn deliver(&self, msg: Message) {
         let key = (msg.app_id, msg.customer_id);
+        // The lookup and the parking under one state lock (see
+        // `register_customer`); the customer is called after it is released.
+        let mut st = self.state.lock();
         let customer = {
             let cs = self.customers.lock();
             cs.get(&key).cloned().or_else(|| {
@@ -814,9 +818,11 @@ impl Postoffice {
             })
         };
         match customer {
-            Some(c) => c.on_message(msg),
+            Some(c) => {
+                drop(st);
+                c.on_message(msg)
+            }
             None => {
-                let mut st = self.state.lock();
                 let q = st.parked.entry(key).or_default();
                 if q.len() < 100_000 {
                     q.push(msg);
