@@ -21,6 +21,7 @@ mod boundary;
 mod env;
 mod kvstore;
 mod ndarray;
+pub mod zmq_frame;
 
 use std::os::raw::{c_char, c_int, c_void};
 

@@ -703,3 +703,54 @@ fn a_call_on_several_keys_has_one_deadline() {
     assert!(t.elapsed() < timeout * 2, "{:?}", t.elapsed());
     assert!(t.elapsed() >= timeout);
 }
+
+#[test]
+fn large_values_go_without_copies_and_pinned_outputs_keep_their_address() {
+    // Values of SHARE_MIN bytes and more are lent to the transport and
+    // adopted from it (NDArray::share / assign_bytes): what a worker pushed
+    // must stay what the servers sum even when it writes the array at once,
+    // and an output whose address is out (MXNDArrayGetData) is written in
+    // place, as MXNet writes it.
+    let n = crate::ndarray::SHARE_MIN; // f32 values: 4x the bound, split over 2 servers too
+    for servers in [1, 2] {
+        let c = Cluster::start(Opts {
+            servers,
+            bound: n / 2,
+            ..Opts::default()
+        });
+        c.run(move |r, w, b| {
+            if r == 0 {
+                w.init(&[(3, &zeros(&[n as i64], DType::F32))]).unwrap();
+            }
+            b.wait();
+            let grad = zeros(&[n as i64], DType::F32);
+            let pinned = zeros(&[n as i64], DType::F32);
+            let at = pinned.write().as_mut_ptr() as usize;
+            let free = zeros(&[n as i64], DType::F32);
+            for round in 0..3 {
+                let v: Vec<f32> = (0..n)
+                    .map(|i| (i % 97) as f32 + (r + round) as f32)
+                    .collect();
+                grad.copy_from_bytes(bytemuck::cast_slice(&v)).unwrap();
+                w.push(&[(3, &grad)]).unwrap();
+                // written while (maybe) still being sent
+                grad.copy_from_bytes(bytemuck::cast_slice(&vec![-1e9f32; n]))
+                    .unwrap();
+                w.wait_all().unwrap();
+                b.wait();
+                w.pull(&[(3, &pinned)]).unwrap();
+                let want: Vec<f64> = (0..n)
+                    .map(|i| 2.0 * (i % 97) as f64 + (2 * round + 1) as f64)
+                    .collect();
+                assert_eq!(pinned.to_f64_vec(), want, "round {round}");
+                assert_eq!(pinned.write().as_mut_ptr() as usize, at);
+                b.wait();
+                // grad holds -1e9 now: both workers' sum comes back
+                w.push_pull(&[(3, &grad, &free)]).unwrap();
+                assert_eq!(free.to_f64_vec(), vec![-2e9; n], "round {round}");
+                b.wait();
+            }
+        });
+        c.stop();
+    }
+}

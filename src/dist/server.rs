@@ -56,6 +56,7 @@ use super::kv::{
 use super::message::{Bytes, Message};
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::{DType, Elem};
+use crate::ndarray::kernels::{self, SumOrder};
 use crate::ndarray::sparse;
 use crate::ndarray::{Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
@@ -216,9 +217,9 @@ fn dense_from(bytes: &[u8], dtype: DType) -> Result<NDArray> {
 }
 
 /// A received value, before it is merged or applied.
-enum Value<'a> {
-    /// Dense bytes of the given dtype.
-    Dense(DType, &'a [u8]),
+enum Value {
+    /// Dense bytes of the given dtype (the received frame, not copied).
+    Dense(DType, Bytes),
     /// A row_sparse array (`None`: a push of no rows).
     RowSparse(Option<NDArray>),
 }
@@ -405,7 +406,7 @@ impl KvServer {
                             )
                         },
                     )?;
-                    self.push_dense(msg, key, dtype, &kv.vals, out)
+                    self.push_dense(msg, key, dtype, kv.vals, out)
                 } else {
                     self.pull_dense(msg, key, out)
                 }
@@ -425,8 +426,9 @@ impl KvServer {
     }
 
     /// `DefaultStorageResponse`: keys echoed, vals = the stored bytes, lens =
-    /// their size. A dense value is copied by the transport straight into
-    /// the outgoing frame. `Err` when the reply cannot be made (a failed
+    /// their size. A large dense value is sent without a copy
+    /// ([`NDArray::share`]), a small one copied by the transport straight
+    /// into the outgoing frame. `Err` when the reply cannot be made (a failed
     /// send is kept in `send_errors`).
     fn send_value(&mut self, req: &Message, key: i32, out: &dyn Transport) -> Result<()> {
         let e = self
@@ -444,6 +446,11 @@ impl KvServer {
             let vals = gather_rows(&e.stored, &rows)?;
             let len = len_of(vals.len())?;
             m.data = vec![req.data[0].clone(), Bytes::from(vals), i32_bytes(&[len])];
+            out.send(m)
+        } else if let Some(value) = e.stored.share() {
+            // large values go out without a copy (NDArray::share)
+            let len = len_of(value.len())?;
+            m.data = vec![req.data[0].clone(), value, i32_bytes(&[len])];
             out.send(m)
         } else {
             let g = e.stored.read();
@@ -471,7 +478,7 @@ impl KvServer {
         msg: &Message,
         key: i32,
         dtype: DType,
-        bytes: &[u8],
+        bytes: Bytes,
         out: &dyn Transport,
     ) -> Result<()> {
         ensure!(
@@ -486,7 +493,7 @@ impl KvServer {
                 !bytes.is_empty(),
                 "key {key}: init with empty data is not supported"
             );
-            let entry = Entry::new(dense_from(bytes, dtype)?, self.multi_precision)?;
+            let entry = Entry::new(dense_from(&bytes, dtype)?, self.multi_precision)?;
             self.store.insert(key, entry);
             self.answer(&keys_only(msg), key, out);
             return Ok(());
@@ -549,7 +556,13 @@ impl KvServer {
         );
         let mut values = vec![0f32; n];
         params.dequantize(&words, n, &mut values);
-        self.push_dense(msg, key, DType::F32, bytemuck::cast_slice(&values), out)
+        self.push_dense(
+            msg,
+            key,
+            DType::F32,
+            Bytes::copy_from_slice(bytemuck::cast_slice(&values)),
+            out,
+        )
     }
 
     fn row_sparse(
@@ -695,13 +708,7 @@ impl KvServer {
     }
 
     /// Merges (sync) or applies (async) a push to a stored key.
-    fn accept(
-        &mut self,
-        msg: &Message,
-        key: i32,
-        value: Value<'_>,
-        out: &dyn Transport,
-    ) -> Result<()> {
+    fn accept(&mut self, msg: &Message, key: i32, value: Value, out: &dyn Transport) -> Result<()> {
         if !self.sync_mode {
             let recv = match value {
                 Value::RowSparse(None) => {
@@ -709,7 +716,7 @@ impl KvServer {
                     return Ok(());
                 }
                 Value::RowSparse(Some(a)) => a,
-                Value::Dense(dt, b) => dense_from(b, dt)?,
+                Value::Dense(dt, b) => dense_from(&b, dt)?,
             };
             let e = &self.store[&key];
             let recv = if e.realt.is_some() {
@@ -896,9 +903,9 @@ fn check_same(key: i32, stored: &NDArray, dtype: DType, bytes: usize) -> Result<
     Ok(())
 }
 
-/// Adds a push into the entry's merge buffer (the first push of a round is
-/// copied).
-fn merge(e: &mut Entry, first: bool, value: Value<'_>) -> Result<()> {
+/// Adds a push into the entry's merge buffer (the first push of a round
+/// becomes it, without a copy when it can).
+fn merge(e: &mut Entry, first: bool, value: Value) -> Result<()> {
     let md = e.merge_dtype();
     match value {
         Value::Dense(dt, bytes) => {
@@ -912,12 +919,25 @@ fn merge(e: &mut Entry, first: bool, value: Value<'_>) -> Result<()> {
             };
             if dt == md {
                 if first {
-                    merged.copy_from_bytes(bytes)?;
+                    // the received frame becomes the sum without a copy
+                    merged.assign_bytes(bytes)?;
                 } else {
-                    add_bytes(md, merged.write().bytes_mut(), bytes);
+                    let mut g = merged.write();
+                    let shared = (g.is_shared() && !g.take_back())
+                        .then(|| g.share())
+                        .flatten();
+                    match shared {
+                        // the sum so far is a received frame: sum it and this
+                        // push into memory of the merge buffer's own, in one pass
+                        Some(prev) if bytes.as_ptr().align_offset(8) == 0 => {
+                            let out = g.overwrite();
+                            kernels::sum_bytes(md, &[&prev, &bytes], out, SumOrder::LeftToRight);
+                        }
+                        _ => add_bytes(md, g.bytes_mut(), &bytes),
+                    }
                 }
             } else {
-                let conv = f32_copy(&dense_from(bytes, dt)?)?;
+                let conv = f32_copy(&dense_from(&bytes, dt)?)?;
                 if first {
                     merged.copy_from(&conv)?;
                 } else {

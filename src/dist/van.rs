@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 use super::message::{identity_of, sender_of_identity, Bytes, Message, EMPTY};
+use crate::capi::zmq_frame::send_shared;
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -46,6 +47,10 @@ pub const SOCKETS_PER_CONTEXT: usize = 900;
 
 /// Received frames at least this large are kept for reuse once dropped.
 pub const RECYCLE_MIN: usize = 1 << 20;
+/// Shared data parts at least this large are sent without a copy (libzmq
+/// holds a clone of the `Bytes` until the frame is written); smaller ones
+/// are copied, which costs less than the extra bookkeeping.
+pub const SHARE_MIN: usize = 64 << 10;
 /// At most this many bytes of spare frames are kept (per van; the oldest
 /// go first).
 const SPARE_BYTES: usize = 512 << 20;
@@ -509,7 +514,7 @@ impl Van {
         let nparts = msg.data.len();
         // the copy is made before the socket is taken (another sender may use it)
         let mut copied = copied.map(|(i, src)| (i, self.frame_of(src)));
-        let sock = if nowait {
+        let mut sock = if nowait {
             sender
                 .sock
                 .try_lock_for(Duration::from_millis(100))
@@ -536,15 +541,22 @@ impl Van {
         sock.send(zmq::Message::from(meta), flags)
             .map_err(timeout)?;
         for (i, part) in msg.data.into_iter().enumerate() {
+            let flags = if i + 1 < nparts { zmq::SNDMORE } else { 0 };
             let frame = match copied.take() {
                 Some((j, f)) if j == i => f,
                 other => {
                     copied = other;
-                    to_zmq(part)
+                    match to_zmq(part) {
+                        Ok(f) => f,
+                        Err(shared) => {
+                            bytes += shared.len();
+                            send_shared(&mut sock, shared, flags).map_err(timeout)?;
+                            continue;
+                        }
+                    }
                 }
             };
             bytes += frame.len();
-            let flags = if i + 1 < nparts { zmq::SNDMORE } else { 0 };
             sock.send(frame, flags).map_err(timeout)?;
         }
         Ok(bytes)
@@ -627,16 +639,21 @@ impl Van {
 }
 
 /// A `Bytes` as a ZeroMQ frame: without a copy when it is the only handle
-/// to a Vec-backed buffer, else copied once.
-fn to_zmq(b: Bytes) -> zmq::Message {
+/// to a Vec-backed buffer; `Err(bytes)` when it is a shared one of
+/// [`SHARE_MIN`] bytes or more, to be sent without a copy by
+/// [`send_shared`]; else copied once.
+fn to_zmq(b: Bytes) -> std::result::Result<zmq::Message, Bytes> {
     if b.is_unique() {
         let v: Vec<u8> = b.into();
         if v.len() == v.capacity() {
-            return zmq::Message::from(v.into_boxed_slice());
+            return Ok(zmq::Message::from(v.into_boxed_slice()));
         }
-        return zmq::Message::from(&v[..]);
+        return Ok(zmq::Message::from(&v[..]));
     }
-    zmq::Message::from(&b[..])
+    if b.len() >= SHARE_MIN {
+        return Err(b);
+    }
+    Ok(zmq::Message::from(&b[..]))
 }
 
 fn summary(m: &Message) -> String {

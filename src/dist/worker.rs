@@ -29,7 +29,7 @@ use super::kv::{
 use super::message::{Bytes, Message};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ndarray::dtype::DType;
-use crate::ndarray::{Context, NDArray, Shape, StorageType};
+use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
 use crate::{bail, ensure};
 use parking_lot::{Condvar, Mutex};
@@ -268,21 +268,31 @@ impl KvWorker {
         for m in &mut msgs {
             m.msg.timestamp = ts;
         }
-        // an array's bytes are read (and it is kept from writers) while sent
+        // A large array's bytes go out without a copy (its next write goes
+        // to other memory); else they are read (and the array is kept from
+        // writers) while copied into the frames.
+        let shared = match &src {
+            Some(Vals::Array(a)) => a.share(),
+            _ => None,
+        };
         let guard;
         let src: &[u8] = match &src {
-            Some(Vals::Array(a)) => {
+            Some(Vals::Array(a)) if shared.is_none() => {
                 guard = a.read();
                 guard.bytes()
             }
             Some(Vals::Owned(v)) => v,
-            None => &[],
+            _ => &[],
         };
-        for Outgoing { msg: m, copy } in msgs {
+        for Outgoing { msg: mut m, copy } in msgs {
             let to = m.recver;
-            let sent = match copy {
-                Some(r) => self.transport.send_copying(m, 1, &src[r]),
-                None => self.transport.send(m),
+            let sent = match (copy, &shared) {
+                (Some(r), Some(b)) => {
+                    m.data[1] = b.slice(r);
+                    self.transport.send(m)
+                }
+                (Some(r), None) => self.transport.send_copying(m, 1, &src[r]),
+                (None, _) => self.transport.send(m),
             };
             if let Err(e) = sent {
                 self.st.lock().reqs.remove(&ts);
@@ -772,18 +782,23 @@ fn assemble(key: i32, pskv: &Pskv, mut replies: Vec<KvPairs>, dest: Dest<'_>) ->
     let total: usize = replies.iter().map(|r| r.vals.len()).sum();
     match dest {
         Dest::Dense(out) => {
-            let mut g = out.write();
-            let buf = g.bytes_mut();
+            let want = out.size() * out.dtype().size();
             ensure!(
-                total == buf.len(),
-                "pull of key {key}: the servers hold {total} bytes, the output {} ({} x {})",
-                buf.len(),
+                total == want,
+                "pull of key {key}: the servers hold {total} bytes, the output {want} ({} x {})",
                 out.size(),
                 out.dtype().name()
             );
+            if let [r] = &replies[..] {
+                // one reply: its frame becomes the output without a copy
+                // when it can (see NDArray::assign_bytes)
+                return out.assign_bytes(r.vals.clone());
+            }
+            let mut g = out.write();
+            let buf = g.overwrite();
             let mut pos = 0;
             for r in &replies {
-                buf[pos..pos + r.vals.len()].copy_from_slice(&r.vals);
+                kernels::copy_bytes(&r.vals, &mut buf[pos..pos + r.vals.len()]);
                 pos += r.vals.len();
             }
             Ok(())

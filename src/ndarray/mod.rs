@@ -122,6 +122,9 @@ pub const MAX_BYTES: usize = 1 << 40;
 pub struct Buffer {
     storage: Storage,
     nbytes: usize,
+    /// Set once the buffer's address was handed out ([`Buffer::as_mut_ptr`]):
+    /// from then on its storage is never replaced (see [`NDArray::share`]).
+    pinned: bool,
 }
 
 enum Storage {
@@ -130,6 +133,27 @@ enum Storage {
     Heap { words: Vec<u64>, start: usize },
     /// An anonymous mapping with transparent huge pages requested.
     Mapped(memmap2::MmapMut),
+    /// Bytes adopted without a copy (a received frame; see
+    /// [`Buffer::adopt`]), shared with whoever else holds them. Read in
+    /// place; copied into storage of this buffer's own on the first write.
+    Frame(bytes::Bytes),
+    /// This buffer's own storage, lent out to be sent without a copy (see
+    /// [`Buffer::share`]). Read in place; taken back on the first write when
+    /// nobody else holds it any more, else the write goes to a copy.
+    Lent(Arc<Buffer>),
+}
+
+/// Buffers of at least this many bytes are lent out to be sent without a
+/// copy ([`NDArray::share`]); smaller ones cost less to copy.
+pub const SHARE_MIN: usize = 64 << 10;
+
+/// A lent buffer as the owner of `Bytes`.
+struct LentBytes(Arc<Buffer>);
+
+impl AsRef<[u8]> for LentBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
 }
 
 impl Storage {
@@ -169,6 +193,7 @@ impl Buffer {
         Buffer {
             storage: Storage::EMPTY,
             nbytes: 0,
+            pinned: false,
         }
     }
 
@@ -219,7 +244,101 @@ impl Buffer {
             let start = if start < align_words { start } else { 0 };
             Storage::Heap { words, start }
         };
-        Ok(Buffer { storage, nbytes })
+        Ok(Buffer {
+            storage,
+            nbytes,
+            pinned: false,
+        })
+    }
+
+    /// The bytes as `Bytes` without a copy, to be sent while the buffer goes
+    /// on: an adopted frame's, or the buffer's own storage lent out (when it
+    /// holds [`SHARE_MIN`] bytes or more and its address was never handed
+    /// out). Its next write takes the storage back when the `Bytes` are gone
+    /// by then, and else goes to other memory, so what was sent never
+    /// changes. `None`: copy the bytes instead.
+    pub fn share(&mut self) -> Option<bytes::Bytes> {
+        match &self.storage {
+            Storage::Frame(b) => return Some(b.clone()),
+            Storage::Lent(a) => return Some(bytes::Bytes::from_owner(LentBytes(a.clone()))),
+            Storage::Heap { .. } | Storage::Mapped(_) => {}
+        }
+        if self.pinned || self.nbytes < SHARE_MIN {
+            return None;
+        }
+        let own = Arc::new(std::mem::replace(self, Buffer::empty()));
+        let shared = bytes::Bytes::from_owner(LentBytes(own.clone()));
+        self.nbytes = own.nbytes;
+        self.storage = Storage::Lent(own);
+        Some(shared)
+    }
+
+    /// Whether the buffer reads shared bytes (an adopted frame, or its own
+    /// storage lent out).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.storage, Storage::Frame(_) | Storage::Lent(_))
+    }
+
+    /// A buffer of `bytes` without a copy, when they are aligned for every
+    /// dtype (8 bytes); `Err(bytes)` when not. Writes go to a copy (see
+    /// [`Storage::Frame`]), so whoever else holds `bytes` never sees them.
+    pub fn adopt(bytes: bytes::Bytes) -> std::result::Result<Buffer, bytes::Bytes> {
+        if bytes.as_ptr().align_offset(8) != 0 || bytes.len() > MAX_BYTES {
+            return Err(bytes);
+        }
+        Ok(Buffer {
+            nbytes: bytes.len(),
+            storage: Storage::Frame(bytes),
+            pinned: false,
+        })
+    }
+
+    /// Makes a shared buffer one of its own before a write: a lent one taken
+    /// back, or else a copy of the bytes.
+    fn own(&mut self) {
+        if self.take_back() {
+            return;
+        }
+        let shared = match &self.storage {
+            Storage::Frame(b) => b.clone(),
+            Storage::Lent(a) => bytes::Bytes::from_owner(LentBytes(a.clone())),
+            Storage::Heap { .. } | Storage::Mapped(_) => return,
+        };
+        kernels::copy_bytes(&shared, self.overwrite());
+    }
+
+    /// Takes a lent buffer back when nobody else holds it (true); false when
+    /// the buffer is not lent or still held.
+    pub fn take_back(&mut self) -> bool {
+        let Storage::Lent(a) = &mut self.storage else {
+            return false;
+        };
+        let Some(back) = Arc::get_mut(a) else {
+            return false;
+        };
+        let back = std::mem::replace(back, Buffer::empty());
+        *self = back;
+        true
+    }
+
+    /// The bytes, to be overwritten whole: a shared buffer is taken back
+    /// (lent, no longer held) or replaced by one of its own, without copying
+    /// what it held.
+    pub fn overwrite(&mut self) -> &mut [u8] {
+        if self.is_shared() && !self.take_back() {
+            // Infallible here: past mmap failures the allocator aborts, as
+            // any allocation does.
+            let n = self.nbytes;
+            *self = Buffer::for_overwrite(n).unwrap_or_else(|_| Buffer {
+                storage: Storage::Heap {
+                    words: vec![0u64; n.div_ceil(8)],
+                    start: 0,
+                },
+                nbytes: n,
+                pinned: false,
+            });
+        }
+        self.bytes_mut()
     }
 
     pub fn len(&self) -> usize {
@@ -236,15 +355,19 @@ impl Buffer {
                 &bytemuck::cast_slice(&words[*start..])[..self.nbytes]
             }
             Storage::Mapped(m) => &m[..self.nbytes],
+            Storage::Frame(b) => &b[..self.nbytes],
+            Storage::Lent(a) => a.bytes(),
         }
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.own();
         match &mut self.storage {
             Storage::Heap { words, start } => {
                 &mut bytemuck::cast_slice_mut(&mut words[*start..])[..self.nbytes]
             }
             Storage::Mapped(m) => &mut m[..self.nbytes],
+            Storage::Frame(_) | Storage::Lent(_) => unreachable!("owned above"),
         }
     }
 
@@ -257,12 +380,23 @@ impl Buffer {
     }
 
     /// The buffer's address, for `MXNDArrayGetData`. It stays valid for the
-    /// array's lifetime: buffers are never reallocated.
+    /// array's lifetime: buffers are never reallocated (only the server's
+    /// internal arrays adopt received bytes, see [`Buffer::adopt`]; a shared
+    /// buffer gets its own copy here first).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.own();
+        self.pinned = true;
         match &mut self.storage {
             Storage::Heap { words, start } => words[*start..].as_mut_ptr().cast(),
             Storage::Mapped(m) => m.as_mut_ptr(),
+            Storage::Frame(_) | Storage::Lent(_) => unreachable!("owned above"),
         }
+    }
+}
+
+impl AsRef<[u8]> for Buffer {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
     }
 }
 
@@ -459,8 +593,47 @@ impl NDArray {
             guard.len(),
             bytes.len()
         );
-        kernels::copy_bytes(bytes, guard.bytes_mut());
+        kernels::copy_bytes(bytes, guard.overwrite());
         Ok(())
+    }
+
+    /// As [`NDArray::copy_from_bytes`], but `bytes` become the contents
+    /// without a copy when they can (aligned for every dtype, and the
+    /// array's address never handed out by `MXNDArrayGetData`): the array
+    /// then reads them in place and copies them on its first write (or
+    /// takes fresh memory on a whole overwrite), so whoever else holds
+    /// `bytes` never sees a change.
+    pub fn assign_bytes(&self, bytes: bytes::Bytes) -> Result<()> {
+        self.ensure_dense("copy into")?;
+        let mut guard = self.write();
+        ensure!(
+            guard.len() == bytes.len(),
+            "Memory size do not match: the array holds {} bytes, the source {}",
+            guard.len(),
+            bytes.len()
+        );
+        if guard.pinned {
+            kernels::copy_bytes(&bytes, guard.overwrite());
+            return Ok(());
+        }
+        match Buffer::adopt(bytes) {
+            Ok(b) => *guard = b,
+            Err(bytes) => kernels::copy_bytes(&bytes, guard.overwrite()),
+        }
+        Ok(())
+    }
+
+    /// The contents as `Bytes` without a copy, to be sent while the array
+    /// goes on: its next write takes the memory back if the `Bytes` are gone
+    /// by then and else writes elsewhere, so what was sent never changes.
+    /// For dense arrays of [`SHARE_MIN`] bytes or more whose address no C
+    /// caller holds (`MXNDArrayGetData`), or that hold adopted bytes; else
+    /// `None` (copy them).
+    pub fn share(&self) -> Option<bytes::Bytes> {
+        if self.is_sparse() || self.is_none() {
+            return None;
+        }
+        self.write().share()
     }
 
     /// `MXNDArraySyncCopyToCPU`.
@@ -495,7 +668,7 @@ impl NDArray {
             return Ok(());
         }
         let (sg, mut dg) = lock_read_write(src, self);
-        kernels::convert_bytes(src.dtype(), sg.bytes(), self.dtype(), dg.bytes_mut());
+        kernels::convert_bytes(src.dtype(), sg.bytes(), self.dtype(), dg.overwrite());
         Ok(())
     }
 
@@ -831,5 +1004,91 @@ mod tests {
         assert!(NDArray::zeros(Shape(vec![-1]), DType::F32, Context::CPU0).is_err());
         assert!(NDArray::zeros(Shape(vec![1 << 40, 1 << 40]), DType::F32, Context::CPU0).is_err());
         assert_eq!(Shape(vec![2, 3]).to_string(), "[2,3]");
+    }
+
+    fn filled(n: usize, seed: f32) -> NDArray {
+        let a = NDArray::zeros(Shape(vec![n as i64]), DType::F32, Context::CPU0).unwrap();
+        let v: Vec<f32> = (0..n).map(|i| seed + i as f32).collect();
+        a.copy_from_bytes(bytemuck::cast_slice(&v)).unwrap();
+        a
+    }
+
+    fn addr(a: &NDArray) -> usize {
+        a.read().bytes().as_ptr() as usize
+    }
+
+    #[test]
+    fn a_shared_array_never_changes_what_was_sent_and_takes_its_memory_back() {
+        for n in [SHARE_MIN / 4, HUGE_MIN / 4] {
+            let a = filled(n, 1.0);
+            let home = addr(&a);
+            let sent = a.share().expect("large enough to share");
+            assert_eq!(sent.as_ptr() as usize, home, "no copy");
+            // writes while the bytes are held go elsewhere
+            a.copy_from_bytes(bytemuck::cast_slice(&vec![7f32; n]))
+                .unwrap();
+            assert_ne!(addr(&a), home);
+            let first: Vec<f32> = bytemuck::pod_collect_to_vec(&sent);
+            assert_eq!(first[..3], [1.0, 2.0, 3.0]);
+            assert_eq!(a.to_f64_vec()[..2], [7.0, 7.0]);
+            // shared again, the bytes dropped: a partial write takes them back
+            let home = addr(&a);
+            drop(a.share().unwrap());
+            a.write().typed_mut::<f32>()[0] = 8.0;
+            assert_eq!(addr(&a), home, "taken back without a copy");
+            assert_eq!(a.to_f64_vec()[..2], [8.0, 7.0]);
+            // still held: a partial write copies, the sent bytes stay
+            let sent = a.share().unwrap();
+            a.write().typed_mut::<f32>()[1] = 9.0;
+            assert_ne!(addr(&a), home);
+            assert_eq!(a.to_f64_vec()[..3], [8.0, 9.0, 7.0]);
+            assert_eq!(
+                bytemuck::pod_collect_to_vec::<u8, f32>(&sent)[..2],
+                [8.0, 7.0]
+            );
+        }
+    }
+
+    #[test]
+    fn small_and_pinned_arrays_are_not_shared_and_keep_their_address() {
+        assert!(filled(SHARE_MIN / 4 - 1, 0.0).share().is_none());
+        let a = filled(SHARE_MIN / 4, 0.0);
+        let p = a.write().as_mut_ptr() as usize; // MXNDArrayGetData
+        assert!(a.share().is_none(), "its address is out");
+        let v: Vec<f32> = vec![3.0; SHARE_MIN / 4];
+        a.assign_bytes(bytes::Bytes::from(
+            bytemuck::cast_slice::<f32, u8>(&v).to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(addr(&a), p, "copied into place, not adopted");
+        assert_eq!(a.to_f64_vec()[0], 3.0);
+    }
+
+    #[test]
+    fn assigned_bytes_are_read_in_place_and_copied_on_write() {
+        let n = SHARE_MIN / 4;
+        let a = filled(n, 0.0);
+        let v: Vec<f32> = (0..n).map(|i| i as f32 * 2.0).collect();
+        let frame = bytes::Bytes::from(bytemuck::cast_slice::<f32, u8>(&v).to_vec());
+        a.assign_bytes(frame.clone()).unwrap();
+        assert_eq!(addr(&a), frame.as_ptr() as usize, "adopted");
+        assert_eq!(a.to_f64_vec()[..3], [0.0, 2.0, 4.0]);
+        assert_eq!(a.share().unwrap().as_ptr(), frame.as_ptr(), "sent as it is");
+        a.write().typed_mut::<f32>()[0] = 5.0;
+        assert_ne!(addr(&a), frame.as_ptr() as usize);
+        assert_eq!(a.to_f64_vec()[..2], [5.0, 2.0]);
+        assert_eq!(
+            bytemuck::pod_collect_to_vec::<u8, f32>(&frame)[0],
+            0.0,
+            "frame unchanged"
+        );
+        // MXNDArrayGetData on adopted bytes gives memory of the array's own
+        let b = NDArray::zeros(Shape(vec![n as i64]), DType::F32, Context::CPU0).unwrap();
+        b.assign_bytes(frame.clone()).unwrap();
+        let p = b.write().as_mut_ptr() as usize;
+        assert_ne!(p, frame.as_ptr() as usize);
+        assert_eq!(b.to_f64_vec()[1], 2.0);
+        // the wrong size is refused
+        assert!(b.assign_bytes(frame.slice(4..)).is_err());
     }
 }

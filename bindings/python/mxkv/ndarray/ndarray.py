@@ -704,7 +704,10 @@ def full(shape, val, ctx=None, dtype=mx_real_t, out=None):
 def zeros(shape, ctx=None, dtype=None, stype=None, **kwargs):  # pylint: disable=unused-argument
     """An array of zeros."""
     arr = empty(shape, ctx, dtype, stype)
-    if arr.stype == 'default':
+    # libmxkv's MXNDArrayCreate gives zeros already; not taking a view of the
+    # buffer (MXNDArrayGetData) also leaves it free to be sent and received
+    # without copies (see NDArray::share in the library).
+    if arr.stype == 'default' and not _SYNCHRONOUS:
         arr._view(write=True)[...] = 0
     return arr
 
