@@ -99,6 +99,21 @@ def test_sgd_momentum_on_the_servers_equals_a_local_store(kvtype, workers, serve
         assert '[worker %d] OPT OK rank %d' % (r, r) in out, out
 
 
+@pytest.mark.parametrize('workers,servers,bound', [
+    (1, 1, '1000000'),   # one server: replies adopted by the output
+    (2, 2, '1000000'),   # a whole key on one of two servers
+    (2, 2, '1000'),      # split over both servers: replies copied into the output
+])
+def test_large_values_move_without_copies_and_stay_right(workers, servers, bound):
+    """pushed arrays written at once still push what they held; a numpy view taken before a
+    pull sees the pulled value; adopted replies can be written; pushpull into the pushed array"""
+    code, out = launch('zerocopy_worker.py', workers, servers,
+                       {'MXNET_KVSTORE_BIGARRAY_BOUND': bound})
+    assert code == 0, out
+    for r in range(workers):
+        assert '[worker %d] ZC OK rank %d of %d' % (r, r, workers) in out, out
+
+
 def test_a_worker_that_leaves_early_fails_the_job_without_a_hang():
     """worker 1 exits (code 3) right after creating the store; worker 0's sync round cannot
     complete: it fails at the node deadline (MXKV_TIMEOUT_S) naming the missing worker, the
