@@ -583,17 +583,21 @@ impl NDArray {
         }
     }
 
+    /// The dense array's buffer, to be written whole with `len` bytes.
+    fn whole(&self, len: usize) -> Result<RwLockWriteGuard<'_, Buffer>> {
+        self.ensure_dense("copy into")?;
+        let guard = self.write();
+        ensure!(
+            guard.len() == len,
+            "Memory size do not match: the array holds {} bytes, the source {len}",
+            guard.len(),
+        );
+        Ok(guard)
+    }
+
     /// `MXNDArraySyncCopyFromCPU`: `bytes` must hold exactly the array.
     pub fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
-        self.ensure_dense("copy into")?;
-        let mut guard = self.write();
-        ensure!(
-            guard.len() == bytes.len(),
-            "Memory size do not match: the array holds {} bytes, the source {}",
-            guard.len(),
-            bytes.len()
-        );
-        kernels::copy_bytes(bytes, guard.overwrite());
+        kernels::copy_bytes(bytes, self.whole(bytes.len())?.overwrite());
         Ok(())
     }
 
@@ -604,19 +608,13 @@ impl NDArray {
     /// takes fresh memory on a whole overwrite), so whoever else holds
     /// `bytes` never sees a change.
     pub fn assign_bytes(&self, bytes: bytes::Bytes) -> Result<()> {
-        self.ensure_dense("copy into")?;
-        let mut guard = self.write();
-        ensure!(
-            guard.len() == bytes.len(),
-            "Memory size do not match: the array holds {} bytes, the source {}",
-            guard.len(),
-            bytes.len()
-        );
-        if guard.pinned {
-            kernels::copy_bytes(&bytes, guard.overwrite());
-            return Ok(());
-        }
-        match Buffer::adopt(bytes) {
+        let mut guard = self.whole(bytes.len())?;
+        let adopted = if guard.pinned {
+            Err(bytes)
+        } else {
+            Buffer::adopt(bytes)
+        };
+        match adopted {
             Ok(b) => *guard = b,
             Err(bytes) => kernels::copy_bytes(&bytes, guard.overwrite()),
         }
