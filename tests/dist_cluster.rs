@@ -351,9 +351,10 @@ fn dist_cluster_garbage_is_dropped_and_the_node_lives() {
 #[test]
 fn dist_cluster_more_sockets_than_one_zmq_context_allows() {
     let _g = serial();
-    // libzmq allows 1023 sockets per context by default; ps-lite raises the
-    // limit, the van opens another context instead. 500 peers = 1500 sockets
-    // (DEALER + monitor pair each).
+    // libzmq allows 1023 sockets per context by default; the van raises the
+    // limit of its one context to 65536, as ps-lite does. 500 peers = 1501
+    // sockets (the ROUTER, and a DEALER, its monitor and the monitor's
+    // reader per peer); without the raised limit peer 340 fails (EMFILE).
     use mxkv::dist::van::{Flow, Van, VanOptions};
     let van = Van::bind(&VanOptions {
         name: "many".into(),

@@ -1,15 +1,24 @@
-//! Zero-copy ZeroMQ frames of shared bytes: the one libzmq call the van
-//! needs that the `zmq` crate does not offer (it sends only frames it owns
-//! or copies). A value that a node keeps and also sends (a server's stored
-//! value in a pull reply) goes out without a copy: libzmq holds a clone of
-//! the `Bytes` until it has written the frame, then drops it.
+//! The libzmq calls the van needs that the `zmq` crate does not offer:
+//!
+//! - Zero-copy frames of shared bytes (the crate sends only frames it owns
+//!   or copies). A value that a node keeps and also sends (a server's stored
+//!   value in a pull reply) goes out without a copy: libzmq holds a clone of
+//!   the `Bytes` until it has written the frame, then drops it.
+//! - A context with ps-lite's socket limit: ps-lite's `zmq_van.h` calls
+//!   `zmq_ctx_set(context_, ZMQ_MAX_SOCKETS, 65536)`; libzmq's default is
+//!   1023 sockets per context, and the crate sets no context option but
+//!   `ZMQ_IO_THREADS`. [`RawContext`] is such a context, and its sockets
+//!   ([`ContextSocket`]) keep it alive.
 //!
 //! It lives here because `src/capi` is the crate's one `unsafe` boundary;
-//! the van (`src/dist/van.rs`) calls [`send_shared`], which is safe.
+//! the van (`src/dist/van.rs`) calls [`send_shared`] and [`RawContext`]'s
+//! methods, which are safe.
 
 use bytes::Bytes;
-use std::os::raw::c_void;
+use std::ops::{Deref, DerefMut};
+use std::os::raw::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 /// Sends `data` as one frame of a (multipart) message on `sock`, with
 /// `flags` as `zmq_msg_send` takes them, without copying the bytes. On an
@@ -63,6 +72,165 @@ fn last_error() -> zmq::Error {
     zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() })
 }
 
+/// ps-lite's socket limit per context (`zmq_van.h`: `ZMQ_MAX_SOCKETS`).
+pub const MAX_SOCKETS: i32 = 65536;
+
+/// A libzmq context made with a raised socket limit (`ZMQ_MAX_SOCKETS`).
+/// Its sockets are [`ContextSocket`]s, each holding an `Arc` of it, so it
+/// is terminated (`zmq_ctx_term`) only once every socket made from it is
+/// closed and the last `Arc` is dropped.
+pub struct RawContext {
+    /// The `void *` of `zmq_ctx_new`; never null, terminated only by `drop`.
+    ctx: *mut c_void,
+    /// The limit libzmq took (read back from the context).
+    max_sockets: i32,
+}
+
+// SAFETY: a libzmq context is thread safe ("a ZeroMQ context is thread
+// safe and may be shared among as many application threads as necessary",
+// zmq_ctx_new(3)); `RawContext` only calls zmq_ctx_get (thread safe, under
+// the context's option lock), zmq_socket (under the context's slot lock)
+// and, once, zmq_ctx_term from `drop`. The `zmq` crate's own context is
+// `Send + Sync` for the same reason.
+unsafe impl Send for RawContext {}
+// SAFETY: as for `Send` above: every call made through `&RawContext` is
+// one that libzmq allows from any thread at the same time.
+unsafe impl Sync for RawContext {}
+
+impl RawContext {
+    /// A new context that allows `max_sockets` sockets. If libzmq refuses
+    /// that many (its poller caps it: `ZMQ_SOCKET_LIMIT`), the context gets
+    /// the most libzmq allows instead; [`RawContext::max_sockets`] tells
+    /// which. An error if the context cannot be made or no limit is taken.
+    pub fn with_max_sockets(max_sockets: i32) -> Result<Arc<RawContext>, zmq::Error> {
+        // SAFETY: `zmq_ctx_new` takes no arguments; a null result is an
+        // error (errno), checked below.
+        let ctx = unsafe { zmq_sys::zmq_ctx_new() };
+        if ctx.is_null() {
+            return Err(last_error());
+        }
+        // From here on `drop` terminates `ctx`, also on the error paths.
+        let mut me = RawContext {
+            ctx,
+            max_sockets: 0,
+        };
+        if me.set(zmq_sys::ZMQ_MAX_SOCKETS, max_sockets).is_err() {
+            // libzmq takes a limit only up to what its poller allows
+            let cap = me.get(zmq_sys::ZMQ_SOCKET_LIMIT)?;
+            me.set(zmq_sys::ZMQ_MAX_SOCKETS, max_sockets.min(cap))?;
+        }
+        me.max_sockets = me.get(zmq_sys::ZMQ_MAX_SOCKETS)?;
+        Ok(Arc::new(me))
+    }
+
+    /// How many sockets the context allows (libzmq counts the user's
+    /// sockets, including the PAIR each `zmq_socket_monitor` opens).
+    pub fn max_sockets(&self) -> i32 {
+        self.max_sockets
+    }
+
+    /// A new socket of type `kind` in this context; `EMFILE` when the
+    /// context has [`RawContext::max_sockets`] sockets open already or the
+    /// process is out of file descriptors.
+    pub fn socket(self: &Arc<Self>, kind: zmq::SocketType) -> Result<ContextSocket, zmq::Error> {
+        // SAFETY: `self.ctx` is a live context (terminated only by `drop`,
+        // which cannot run while `self` is borrowed); a null result is an
+        // error (errno), checked below.
+        let raw = unsafe { zmq_sys::zmq_socket(self.ctx, socket_type(kind)) };
+        if raw.is_null() {
+            return Err(last_error());
+        }
+        Ok(ContextSocket {
+            // SAFETY: `raw` is a socket just made by libzmq that nothing
+            // else refers to, so `zmq::Socket` owns it and closes it once
+            // (on drop). Such a socket does not keep its context alive: the
+            // `Arc` beside it does, and is dropped after it.
+            sock: unsafe { zmq::Socket::from_raw(raw) },
+            _ctx: Arc::clone(self),
+        })
+    }
+
+    fn set(&mut self, option: u32, value: i32) -> Result<(), zmq::Error> {
+        // SAFETY: `self.ctx` is live; zmq_ctx_set takes an int option and
+        // value by value.
+        let rc = unsafe { zmq_sys::zmq_ctx_set(self.ctx, option as c_int, value) };
+        if rc == -1 {
+            return Err(last_error());
+        }
+        Ok(())
+    }
+
+    fn get(&self, option: u32) -> Result<i32, zmq::Error> {
+        // SAFETY: `self.ctx` is live; zmq_ctx_get takes an int option by
+        // value and returns the value (or -1 and errno).
+        let value = unsafe { zmq_sys::zmq_ctx_get(self.ctx, option as c_int) };
+        if value == -1 {
+            return Err(last_error());
+        }
+        Ok(value)
+    }
+}
+
+impl Drop for RawContext {
+    fn drop(&mut self) {
+        // zmq_ctx_term waits for every socket of the context to be closed
+        // (and their linger); all of them were, as each held an `Arc` of
+        // `self`. It may be interrupted by a signal (EINTR): call it again,
+        // as the `zmq` crate does.
+        loop {
+            // SAFETY: `self.ctx` is live and is terminated only here; an
+            // EINTR return leaves it live, so the retry is sound.
+            let rc = unsafe { zmq_sys::zmq_ctx_term(self.ctx) };
+            if rc == 0 || last_error() != zmq::Error::EINTR {
+                break;
+            }
+        }
+    }
+}
+
+/// libzmq's number of a socket type (the `zmq` crate keeps its own private).
+fn socket_type(kind: zmq::SocketType) -> c_int {
+    use zmq::SocketType as T;
+    let raw = match kind {
+        T::PAIR => zmq_sys::ZMQ_PAIR,
+        T::PUB => zmq_sys::ZMQ_PUB,
+        T::SUB => zmq_sys::ZMQ_SUB,
+        T::REQ => zmq_sys::ZMQ_REQ,
+        T::REP => zmq_sys::ZMQ_REP,
+        T::DEALER => zmq_sys::ZMQ_DEALER,
+        T::ROUTER => zmq_sys::ZMQ_ROUTER,
+        T::PULL => zmq_sys::ZMQ_PULL,
+        T::PUSH => zmq_sys::ZMQ_PUSH,
+        T::XPUB => zmq_sys::ZMQ_XPUB,
+        T::XSUB => zmq_sys::ZMQ_XSUB,
+        T::STREAM => zmq_sys::ZMQ_STREAM,
+    };
+    raw as c_int
+}
+
+/// A socket of a [`RawContext`], used as a `zmq::Socket` (`Deref`); it
+/// keeps its context alive, and is closed before it lets go of it.
+pub struct ContextSocket {
+    // Fields drop in declaration order: the socket is closed first, then
+    // the context may be terminated.
+    sock: zmq::Socket,
+    _ctx: Arc<RawContext>,
+}
+
+impl Deref for ContextSocket {
+    type Target = zmq::Socket;
+
+    fn deref(&self) -> &zmq::Socket {
+        &self.sock
+    }
+}
+
+impl DerefMut for ContextSocket {
+    fn deref_mut(&mut self) -> &mut zmq::Socket {
+        &mut self.sock
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +277,113 @@ mod tests {
         let err = send_shared(&mut tx, data, zmq::DONTWAIT).unwrap_err();
         assert_eq!(err, zmq::Error::EAGAIN);
         assert_eq!(Arc::strong_count(&alive), 1);
+    }
+
+    #[test]
+    fn a_raw_context_allows_its_limit_of_sockets_and_no_more() {
+        let ctx = RawContext::with_max_sockets(5).unwrap();
+        assert_eq!(ctx.max_sockets(), 5);
+        let socks: Vec<ContextSocket> = (0..5).map(|_| ctx.socket(zmq::DEALER).unwrap()).collect();
+        assert_eq!(ctx.socket(zmq::DEALER).err(), Some(zmq::Error::EMFILE));
+        assert_eq!(ctx.socket(zmq::PAIR).err(), Some(zmq::Error::EMFILE));
+        // (a closed socket's place is freed later, by libzmq's reaper thread)
+        drop(socks);
+        // no limit at all is refused, not taken
+        assert_eq!(
+            RawContext::with_max_sockets(0).err(),
+            Some(zmq::Error::EINVAL)
+        );
+    }
+
+    #[test]
+    fn ps_lites_limit_lifts_libzmqs_default_of_1023() {
+        const N: usize = 1100;
+        // libzmq's default: the 1024th socket of a context fails
+        let plain = zmq::Context::new();
+        let mut socks: Vec<zmq::Socket> = Vec::new();
+        let refused = loop {
+            match plain.socket(zmq::DEALER) {
+                Ok(s) => socks.push(s),
+                Err(e) => break e,
+            }
+            assert!(socks.len() <= N, "no limit");
+        };
+        assert_eq!((socks.len(), refused), (1023, zmq::Error::EMFILE));
+        drop(socks);
+        // ps-lite's
+        let ctx = RawContext::with_max_sockets(MAX_SOCKETS).unwrap();
+        assert_eq!(ctx.max_sockets(), MAX_SOCKETS); // epoll: no cap
+        let socks: Vec<ContextSocket> = (0..N).map(|_| ctx.socket(zmq::DEALER).unwrap()).collect();
+        assert_eq!(socks.len(), N);
+    }
+
+    #[test]
+    fn every_socket_type_is_made_as_asked() {
+        use zmq::SocketType as T;
+        let ctx = RawContext::with_max_sockets(16).unwrap();
+        for kind in [
+            T::PAIR,
+            T::PUB,
+            T::SUB,
+            T::REQ,
+            T::REP,
+            T::DEALER,
+            T::ROUTER,
+            T::PULL,
+            T::PUSH,
+            T::XPUB,
+            T::XSUB,
+            T::STREAM,
+        ] {
+            assert_eq!(ctx.socket(kind).unwrap().get_socket_type(), Ok(kind));
+        }
+    }
+
+    #[test]
+    fn sockets_keep_their_context_alive_and_it_ends_after_the_last() {
+        let ctx = RawContext::with_max_sockets(MAX_SOCKETS).unwrap();
+        let rx = ctx.socket(zmq::PAIR).unwrap();
+        rx.bind("inproc://raw-context-alive").unwrap();
+        let mut tx = ctx.socket(zmq::PAIR).unwrap();
+        tx.connect("inproc://raw-context-alive").unwrap();
+        let weak = Arc::downgrade(&ctx);
+        drop(ctx);
+        // the sockets still work: their context is alive
+        send_shared(&mut tx, Bytes::from(vec![5u8; 100 << 10]), 0).unwrap();
+        assert_eq!(rx.recv_bytes(0).unwrap(), vec![5u8; 100 << 10]);
+        drop(rx);
+        assert!(weak.upgrade().is_some(), "tx still holds the context");
+        drop(tx); // the last one: the context is terminated (zmq_ctx_term returned)
+        assert!(weak.upgrade().is_none());
+    }
+
+    #[test]
+    fn a_monitor_pair_in_the_same_context_sees_the_handshake() {
+        let ctx = RawContext::with_max_sockets(MAX_SOCKETS).unwrap();
+        let router = ctx.socket(zmq::ROUTER).unwrap();
+        router.set_linger(0).unwrap();
+        router.bind("tcp://127.0.0.1:*").unwrap();
+        let ep = router.get_last_endpoint().unwrap().unwrap();
+        let dealer = ctx.socket(zmq::DEALER).unwrap();
+        dealer.set_linger(0).unwrap();
+        let mon_ep = format!("inproc://raw-context-monitor-{}", std::process::id());
+        dealer
+            .monitor(
+                &mon_ep,
+                zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw().into(),
+            )
+            .unwrap();
+        let mon = ctx.socket(zmq::PAIR).unwrap();
+        mon.set_linger(0).unwrap();
+        mon.set_rcvtimeo(10_000).unwrap(); // bounded wait
+        mon.connect(&mon_ep).unwrap();
+        dealer.connect(&ep).unwrap();
+        let event = mon.recv_bytes(0).expect("the handshake event within 10 s");
+        assert_eq!(
+            u16::from_le_bytes([event[0], event[1]]),
+            zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw()
+        );
+        assert!(mon.get_rcvmore().unwrap());
+        assert_eq!(mon.recv_bytes(0).unwrap(), ep.as_bytes());
     }
 }

@@ -24,14 +24,19 @@
 //! every received message afresh, so reusing it for the next send of the
 //! same size halves the fresh memory of a push + reply round.
 //!
-//! libzmq's default socket limit per context is 1023 (ps-lite raises it to
-//! 65536 with `ZMQ_MAX_SOCKETS`, which the `zmq` crate cannot set without
-//! `unsafe`); the van instead opens a new context for every
-//! [`SOCKETS_PER_CONTEXT`] sockets, which lifts the limit the same way.
+//! Each van has one ZeroMQ context, made as ps-lite makes its one:
+//! `zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, 65536)` ([`MAX_SOCKETS`]; libzmq's
+//! default is 1023). The `zmq` crate cannot set that option, so the context
+//! is a [`RawContext`] (`src/capi/zmq_frame.rs`), whose sockets keep it
+//! alive. A node uses 3 sockets per peer (its DEALER, the DEALER's monitor
+//! and the PAIR reading it) and 1 ROUTER, and one file descriptor per
+//! socket and per connection: the process's open-file limit (`ulimit -n`)
+//! applies as well. A socket that cannot be made (either limit) fails the
+//! connect with an error naming both limits.
 #![forbid(unsafe_code)]
 
 use super::message::{identity_of, sender_of_identity, Bytes, Message, EMPTY};
-use crate::capi::zmq_frame::send_shared;
+use crate::capi::zmq_frame::{send_shared, ContextSocket, RawContext, MAX_SOCKETS};
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -42,8 +47,6 @@ use std::time::{Duration, Instant};
 
 /// How often the receive thread wakes up when nothing arrives.
 pub const TICK: Duration = Duration::from_millis(50);
-/// Sockets opened in one ZeroMQ context before the van opens another.
-pub const SOCKETS_PER_CONTEXT: usize = 900;
 
 /// Received frames at least this large are kept for reuse once dropped.
 pub const RECYCLE_MIN: usize = 1 << 20;
@@ -161,7 +164,7 @@ fn bind_ipc(router: &zmq::Socket, port: u16, exact: bool) -> Result<u16> {
 pub type Handler = Box<dyn FnMut(&Van, Event) -> Flow + Send>;
 
 struct Sender {
-    sock: Mutex<zmq::Socket>,
+    sock: Mutex<ContextSocket>,
     generation: u64,
     endpoint: String,
 }
@@ -241,32 +244,13 @@ impl Spares {
     }
 }
 
-struct ContextPool {
-    contexts: Vec<(zmq::Context, usize)>,
-}
-
-impl ContextPool {
-    /// A context with room for `n` more sockets.
-    fn take(&mut self, n: usize) -> zmq::Context {
-        match self.contexts.last_mut() {
-            Some((ctx, used)) if *used + n <= SOCKETS_PER_CONTEXT => {
-                *used += n;
-                ctx.clone()
-            }
-            _ => {
-                let ctx = zmq::Context::new();
-                self.contexts.push((ctx.clone(), n));
-                ctx
-            }
-        }
-    }
-}
-
 struct Shared {
     my_id: AtomicI32,
     senders: Mutex<HashMap<i32, Arc<Sender>>>,
-    contexts: Mutex<ContextPool>,
-    new_monitors: Mutex<Vec<(i32, u64, zmq::Socket)>>,
+    /// The van's one ZeroMQ context (until [`Van::stop`]; every socket
+    /// holds it too).
+    context: Mutex<Option<Arc<RawContext>>>,
+    new_monitors: Mutex<Vec<(i32, u64, ContextSocket)>>,
     generation: AtomicU64,
     stop: AtomicBool,
     dropped: AtomicU64,
@@ -285,7 +269,7 @@ struct Shared {
 pub struct Van {
     shared: Arc<Shared>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
-    router: Arc<Mutex<Option<zmq::Socket>>>,
+    router: Arc<Mutex<Option<ContextSocket>>>,
     port: u16,
     host: String,
     local: bool,
@@ -295,19 +279,32 @@ fn zerr(what: &str, e: zmq::Error) -> Error {
     Error::new(format!("{what}: {e}"))
 }
 
+/// A new socket of `ctx`; running out of sockets (`EMFILE`) is an error
+/// that names both limits it may be.
+fn new_socket(ctx: &Arc<RawContext>, kind: zmq::SocketType) -> Result<ContextSocket> {
+    ctx.socket(kind).map_err(|e| {
+        if e == zmq::Error::EMFILE {
+            Error::new(format!(
+                "cannot create a ZeroMQ socket: {e} (a node has at most {} ZeroMQ sockets, \
+                 3 per peer, and at most the process's open-file limit (ulimit -n) of file \
+                 descriptors, 1 per socket and per connection)",
+                ctx.max_sockets()
+            ))
+        } else {
+            zerr("cannot create a ZeroMQ socket", e)
+        }
+    })
+}
+
 impl Van {
     /// Binds this node's ROUTER (see [`VanOptions`]).
     pub fn bind(o: &VanOptions) -> Result<Van> {
         let (name, host, bind_host, port, exact) =
             (&o.name, &o.host, &o.bind_host, o.port, o.exact);
         let (send_timeout, water_mark, verbose) = (o.send_timeout, o.water_mark, o.verbose);
-        let mut pool = ContextPool {
-            contexts: Vec::new(),
-        };
-        let ctx = pool.take(1);
-        let router = ctx
-            .socket(zmq::ROUTER)
-            .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
+        let ctx = RawContext::with_max_sockets(MAX_SOCKETS)
+            .map_err(|e| zerr("cannot create a ZeroMQ context", e))?;
+        let router = new_socket(&ctx, zmq::ROUTER)?;
         router.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
         let port = if o.local {
             bind_ipc(&router, port, exact)?
@@ -318,7 +315,7 @@ impl Van {
             shared: Arc::new(Shared {
                 my_id: AtomicI32::new(EMPTY),
                 senders: Mutex::new(HashMap::new()),
-                contexts: Mutex::new(pool),
+                context: Mutex::new(Some(ctx)),
                 new_monitors: Mutex::new(Vec::new()),
                 generation: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
@@ -389,10 +386,9 @@ impl Van {
         } else {
             format!("tcp://{host}:{port}")
         };
-        let ctx = self.shared.contexts.lock().take(3);
-        let sock = ctx
-            .socket(zmq::DEALER)
-            .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
+        let ctx = self.shared.context.lock().clone();
+        let ctx = ctx.ok_or_else(|| Error::new("the van was stopped"))?;
+        let sock = new_socket(&ctx, zmq::DEALER)?;
         let my_id = self.my_id();
         sock.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
         // A peer host that vanishes without closing its connections is
@@ -420,9 +416,8 @@ impl Van {
             i32::from(EVENT_HANDSHAKE_SUCCEEDED | EVENT_DISCONNECTED),
         )
         .map_err(|e| zerr("zmq_socket_monitor", e))?;
-        let mon = ctx
-            .socket(zmq::PAIR)
-            .map_err(|e| zerr("cannot create a ZeroMQ socket", e))?;
+        // the monitor's inproc endpoint is in `sock`'s context: so is its reader
+        let mon = new_socket(&ctx, zmq::PAIR)?;
         mon.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
         mon.connect(&mon_ep)
             .map_err(|e| zerr("cannot connect the socket monitor", e))?;
@@ -613,7 +608,9 @@ impl Van {
         self.shared.senders.lock().clear();
         self.router.lock().take();
         self.shared.new_monitors.lock().clear();
-        self.shared.contexts.lock().contexts.clear();
+        // the context ends (zmq_ctx_term) when its last socket is closed
+        let context = self.shared.context.lock().take();
+        drop(context);
         *self.shared.spares.inner.lock() = SpareFrames::default();
     }
 
@@ -683,10 +680,10 @@ fn identity_text(id: &[u8]) -> String {
 struct Monitor {
     peer: i32,
     generation: u64,
-    sock: zmq::Socket,
+    sock: ContextSocket,
 }
 
-fn receive_loop(van: &Van, router: zmq::Socket, handler: &mut Handler) {
+fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
     let mut monitors: Vec<Monitor> = Vec::new();
     let tick_ms = TICK.as_millis() as i64;
     while !van.shared.stop.load(Ordering::Acquire) {
@@ -896,6 +893,28 @@ mod tests {
 
     fn pattern(n: usize, seed: usize) -> Vec<u8> {
         (0..n).map(|i| ((i + seed) % 251) as u8).collect()
+    }
+
+    /// Running out of sockets is an error that says which limits apply.
+    #[test]
+    fn a_socket_past_the_limit_is_a_clear_error() {
+        let ctx = RawContext::with_max_sockets(2).unwrap();
+        let _a = new_socket(&ctx, zmq::DEALER).unwrap();
+        let _b = new_socket(&ctx, zmq::PAIR).unwrap();
+        let e = new_socket(&ctx, zmq::DEALER).err().unwrap().to_string();
+        assert!(e.contains("cannot create a ZeroMQ socket"), "{e}");
+        assert!(e.contains("at most 2 ZeroMQ sockets"), "{e}");
+        assert!(e.contains("ulimit -n"), "{e}");
+    }
+
+    /// A stopped van makes no more sockets (its context is released).
+    #[test]
+    fn a_stopped_van_refuses_to_connect() {
+        let (a, _arx) = van(9);
+        a.connect(8, "127.0.0.1", 1).unwrap();
+        a.stop(Duration::from_secs(5));
+        let e = a.connect(7, "127.0.0.1", 1).unwrap_err().to_string();
+        assert!(e.contains("the van was stopped"), "{e}");
     }
 
     /// Spares beyond the cap push out the oldest; a frame larger than the
