@@ -11,52 +11,17 @@
 //!   ([`ContextSocket`]) keep it alive.
 //!
 //! It lives here because `src/capi` is the crate's one `unsafe` boundary;
-//! the van (`src/dist/van.rs`) calls [`send_shared`] and [`RawContext`]'s
+//! the van (`src/dist/van.rs`) calls [`ContextSocket::send_shared`] and [`RawContext`]'s
 //! methods, which are safe.
 
 use bytes::Bytes;
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::os::raw::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Sends `data` as one frame of a (multipart) message on `sock`, with
-/// `flags` as `zmq_msg_send` takes them, without copying the bytes. On an
-/// error the frame was not queued and `data`'s clone is already dropped.
-pub fn send_shared(sock: &mut zmq::Socket, data: Bytes, flags: i32) -> Result<(), zmq::Error> {
-    let len = data.len();
-    let ptr = data.as_ptr().cast_mut().cast::<c_void>();
-    let owner: *mut Bytes = Box::into_raw(Box::new(data));
-    let mut msg = zmq_sys::zmq_msg_t::default();
-    // SAFETY: `ptr`/`len` are the bytes of `*owner`, which are immutable
-    // (`Bytes` never writes them) and stay alive until `release_bytes` drops
-    // `owner`; libzmq calls it exactly once, when the frame is done with
-    // (or never, if this call fails, which is handled below). `msg` is a
-    // fresh `zmq_msg_t` that this function owns.
-    let rc = unsafe {
-        zmq_sys::zmq_msg_init_data(&mut msg, ptr, len, Some(release_bytes), owner.cast())
-    };
-    if rc == -1 {
-        // SAFETY: libzmq did not take `owner` (the init failed), so this is
-        // the only pointer to the box leaked above.
-        drop(unsafe { Box::from_raw(owner) });
-        return Err(last_error());
-    }
-    // SAFETY: `msg` was initialised above; `sock.as_mut_ptr()` is the live
-    // socket `sock` borrows mutably for this call (no other thread uses it).
-    // On success libzmq owns `msg`'s content; on failure `msg` is still ours.
-    let rc = unsafe { zmq_sys::zmq_msg_send(&mut msg, sock.as_mut_ptr(), flags) };
-    if rc == -1 {
-        let e = last_error();
-        // SAFETY: the send failed, so `msg` is still initialised and ours;
-        // closing it calls `release_bytes`, which drops `owner`.
-        unsafe { zmq_sys::zmq_msg_close(&mut msg) };
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// libzmq's free function of a frame made by [`send_shared`]: drops the
+/// libzmq's free function of a frame made by [`ContextSocket::send_shared`]: drops the
 /// `Bytes` clone (on whichever thread libzmq releases the frame; `Bytes` is
 /// `Send`).
 unsafe extern "C" fn release_bytes(_data: *mut c_void, hint: *mut c_void) {
@@ -146,6 +111,7 @@ impl RawContext {
             // (on drop). Such a socket does not keep its context alive: the
             // `Arc` beside it does, and is dropped after it.
             sock: unsafe { zmq::Socket::from_raw(raw) },
+            inproc: AtomicBool::new(false),
             _ctx: Arc::clone(self),
         })
     }
@@ -214,7 +180,78 @@ pub struct ContextSocket {
     // Fields drop in declaration order: the socket is closed first, then
     // the context may be terminated.
     sock: zmq::Socket,
+    /// Set once bound or connected over `inproc://` (through this type's
+    /// own `bind`/`connect`, which shadow the socket's): its shared frames
+    /// are then copies.
+    inproc: AtomicBool,
     _ctx: Arc<RawContext>,
+}
+
+impl ContextSocket {
+    /// Sends `data` as one frame of a (multipart) message, with `flags` as
+    /// `zmq_msg_send` takes them, without copying the bytes: libzmq writes
+    /// them to the connection and drops its clone of `data` once done. A
+    /// socket bound or connected over `inproc://` sends a copy instead
+    /// (libzmq would hand the receiver, in this process, a writable frame
+    /// over the bytes every other holder of `data` reads). On an error the
+    /// frame was not queued and the clone is already dropped.
+    pub fn send_shared(&mut self, data: Bytes, flags: i32) -> Result<(), zmq::Error> {
+        if self.inproc.load(Ordering::Acquire) {
+            return self.sock.send(&data[..], flags);
+        }
+        let len = data.len();
+        let ptr = data.as_ptr().cast_mut().cast::<c_void>();
+        let owner: *mut Bytes = Box::into_raw(Box::new(data));
+        let mut msg = zmq_sys::zmq_msg_t::default();
+        // SAFETY: `ptr`/`len` are the bytes of `*owner`, which stay alive
+        // until `release_bytes` drops `owner`; libzmq calls it exactly once,
+        // when the frame is done with (or never, if this call fails, which
+        // is handled below). Nothing writes them: `Bytes` never does, and
+        // over tcp and ipc (the only transports this socket was bound or
+        // connected with, see `inproc`) libzmq only reads them, to write
+        // them to the connection. `msg` is a fresh `zmq_msg_t` owned here.
+        let rc = unsafe {
+            zmq_sys::zmq_msg_init_data(&mut msg, ptr, len, Some(release_bytes), owner.cast())
+        };
+        if rc == -1 {
+            // SAFETY: libzmq did not take `owner` (the init failed), so this
+            // is the only pointer to the box leaked above.
+            drop(unsafe { Box::from_raw(owner) });
+            return Err(last_error());
+        }
+        // SAFETY: `msg` was initialised above; `self.sock.as_mut_ptr()` is
+        // the live socket borrowed mutably for this call (no other thread
+        // uses it). On success libzmq owns `msg`'s content; on failure `msg`
+        // is still ours.
+        let rc = unsafe { zmq_sys::zmq_msg_send(&mut msg, self.sock.as_mut_ptr(), flags) };
+        if rc == -1 {
+            let e = last_error();
+            // SAFETY: the send failed, so `msg` is still initialised and
+            // ours; closing it calls `release_bytes`, which drops `owner`.
+            unsafe { zmq_sys::zmq_msg_close(&mut msg) };
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `zmq::Socket::connect`, noting an `inproc://` endpoint (see
+    /// [`ContextSocket::send_shared`]).
+    pub fn connect(&self, endpoint: &str) -> zmq::Result<()> {
+        self.note(endpoint);
+        self.sock.connect(endpoint)
+    }
+
+    /// `zmq::Socket::bind`, noting an `inproc://` endpoint.
+    pub fn bind(&self, endpoint: &str) -> zmq::Result<()> {
+        self.note(endpoint);
+        self.sock.bind(endpoint)
+    }
+
+    fn note(&self, endpoint: &str) {
+        if endpoint.starts_with("inproc://") {
+            self.inproc.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl Deref for ContextSocket {
@@ -225,56 +262,79 @@ impl Deref for ContextSocket {
     }
 }
 
-impl DerefMut for ContextSocket {
-    fn deref_mut(&mut self) -> &mut zmq::Socket {
-        &mut self.sock
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A Bytes that tells when its last clone goes.
+    struct Owner(Vec<u8>, #[allow(dead_code)] Arc<()>);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    fn pair(ctx: &Arc<RawContext>, transport: &str) -> (ContextSocket, ContextSocket) {
+        let rx = ctx.socket(zmq::PAIR).unwrap();
+        let ep = match transport {
+            "tcp" => {
+                rx.bind("tcp://127.0.0.1:*").unwrap();
+                rx.get_last_endpoint().unwrap().unwrap()
+            }
+            _ => {
+                let ep = format!("inproc://shared-frame-{}", std::process::id());
+                rx.bind(&ep).unwrap();
+                ep
+            }
+        };
+        let tx = ctx.socket(zmq::PAIR).unwrap();
+        tx.connect(&ep).unwrap();
+        (rx, tx)
+    }
+
     #[test]
     fn a_shared_frame_arrives_whole_and_is_released_once_sent() {
-        let ctx = zmq::Context::new();
-        let rx = ctx.socket(zmq::PAIR).unwrap();
-        rx.bind("inproc://shared-frame").unwrap();
-        let mut tx = ctx.socket(zmq::PAIR).unwrap();
-        tx.connect("inproc://shared-frame").unwrap();
-        // a Bytes that tells when its last clone goes
-        struct Owner(Vec<u8>, #[allow(dead_code)] Arc<()>);
-        impl AsRef<[u8]> for Owner {
-            fn as_ref(&self) -> &[u8] {
-                &self.0
+        let ctx = RawContext::with_max_sockets(MAX_SOCKETS).unwrap();
+        for transport in ["tcp", "inproc"] {
+            let (rx, mut tx) = pair(&ctx, transport);
+            let alive = Arc::new(());
+            let value: Vec<u8> = (0..(3 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+            let data = Bytes::from_owner(Owner(value.clone(), alive.clone()));
+            let at = data.as_ptr();
+            tx.send_shared(Bytes::from_static(b"head"), zmq::SNDMORE)
+                .unwrap();
+            tx.send_shared(data, 0).unwrap();
+            assert_eq!(rx.recv_bytes(0).unwrap(), b"head");
+            let got = rx.recv_msg(0).unwrap();
+            assert_eq!(&got[..], &value[..]);
+            // over inproc the receiver gets a copy, never the shared bytes
+            if transport == "inproc" {
+                assert_ne!(got.as_ptr(), at);
             }
+            drop(got);
+            // libzmq releases the clone once written (tcp: from its I/O
+            // thread, shortly after; bounded wait)
+            let t = std::time::Instant::now();
+            while Arc::strong_count(&alive) > 1 && t.elapsed() < std::time::Duration::from_secs(10)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(
+                Arc::strong_count(&alive),
+                1,
+                "{transport}: the clone was released"
+            );
         }
-        let alive = Arc::new(());
-        let value: Vec<u8> = (0..(3 << 20)).map(|i| (i * 7 % 251) as u8).collect();
-        let data = Bytes::from_owner(Owner(value.clone(), alive.clone()));
-        send_shared(&mut tx, Bytes::from_static(b"head"), zmq::SNDMORE).unwrap();
-        send_shared(&mut tx, data, 0).unwrap();
-        assert_eq!(rx.recv_bytes(0).unwrap(), b"head");
-        let got = rx.recv_msg(0).unwrap();
-        assert_eq!(&got[..], &value[..]);
-        drop(got); // inproc passes the frame itself: the receiver held the clone
-        assert_eq!(Arc::strong_count(&alive), 1, "the clone was released");
     }
 
     #[test]
     fn a_failed_send_releases_the_clone() {
-        let ctx = zmq::Context::new();
+        let ctx = RawContext::with_max_sockets(MAX_SOCKETS).unwrap();
         let mut tx = ctx.socket(zmq::DEALER).unwrap(); // connected to nobody
         let alive = Arc::new(());
-        struct Owner(#[allow(dead_code)] Arc<()>);
-        impl AsRef<[u8]> for Owner {
-            fn as_ref(&self) -> &[u8] {
-                b"value"
-            }
-        }
-        let data = Bytes::from_owner(Owner(alive.clone()));
-        let err = send_shared(&mut tx, data, zmq::DONTWAIT).unwrap_err();
+        let data = Bytes::from_owner(Owner(b"value".to_vec(), alive.clone()));
+        let err = tx.send_shared(data, zmq::DONTWAIT).unwrap_err();
         assert_eq!(err, zmq::Error::EAGAIN);
         assert_eq!(Arc::strong_count(&alive), 1);
     }
@@ -349,7 +409,8 @@ mod tests {
         let weak = Arc::downgrade(&ctx);
         drop(ctx);
         // the sockets still work: their context is alive
-        send_shared(&mut tx, Bytes::from(vec![5u8; 100 << 10]), 0).unwrap();
+        tx.send_shared(Bytes::from(vec![5u8; 100 << 10]), 0)
+            .unwrap();
         assert_eq!(rx.recv_bytes(0).unwrap(), vec![5u8; 100 << 10]);
         drop(rx);
         assert!(weak.upgrade().is_some(), "tx still holds the context");

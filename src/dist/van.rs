@@ -36,8 +36,9 @@
 #![forbid(unsafe_code)]
 
 use super::message::{identity_of, sender_of_identity, Bytes, Message, EMPTY};
-use crate::capi::zmq_frame::{send_shared, ContextSocket, RawContext, MAX_SOCKETS};
+use crate::capi::zmq_frame::{ContextSocket, RawContext, MAX_SOCKETS};
 use crate::error::{Error, Result};
+use crate::ndarray::SHARE_MIN;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -50,10 +51,6 @@ pub const TICK: Duration = Duration::from_millis(50);
 
 /// Received frames at least this large are kept for reuse once dropped.
 pub const RECYCLE_MIN: usize = 1 << 20;
-/// Shared data parts at least this large are sent without a copy (libzmq
-/// holds a clone of the `Bytes` until the frame is written); smaller ones
-/// are copied, which costs less than the extra bookkeeping.
-pub const SHARE_MIN: usize = 64 << 10;
 /// At most this many bytes of spare frames are kept (per van; the oldest
 /// go first).
 const SPARE_BYTES: usize = 512 << 20;
@@ -545,7 +542,7 @@ impl Van {
                         Ok(f) => f,
                         Err(shared) => {
                             bytes += shared.len();
-                            send_shared(&mut sock, shared, flags).map_err(timeout)?;
+                            sock.send_shared(shared, flags).map_err(timeout)?;
                             continue;
                         }
                     }
@@ -638,7 +635,7 @@ impl Van {
 /// A `Bytes` as a ZeroMQ frame: without a copy when it is the only handle
 /// to a Vec-backed buffer; `Err(bytes)` when it is a shared one of
 /// [`SHARE_MIN`] bytes or more, to be sent without a copy by
-/// [`send_shared`]; else copied once.
+/// [`ContextSocket::send_shared`]; else copied once.
 fn to_zmq(b: Bytes) -> std::result::Result<zmq::Message, Bytes> {
     if b.is_unique() {
         let v: Vec<u8> = b.into();

@@ -280,10 +280,13 @@ impl Buffer {
     }
 
     /// A buffer of `bytes` without a copy, when they are aligned for every
-    /// dtype (8 bytes); `Err(bytes)` when not. Writes go to a copy (see
+    /// dtype (8 bytes) and [`SHARE_MIN`] bytes or more; `Err(bytes)` when not. Writes go to a copy (see
     /// [`Storage::Frame`]), so whoever else holds `bytes` never sees them.
     pub fn adopt(bytes: bytes::Bytes) -> std::result::Result<Buffer, bytes::Bytes> {
-        if bytes.as_ptr().align_offset(8) != 0 || bytes.len() > MAX_BYTES {
+        // Smaller frames may sit in a shared receive buffer of libzmq's,
+        // which one adopted frame would keep alive whole: those are copied.
+        if bytes.as_ptr().align_offset(8) != 0 || bytes.len() < SHARE_MIN || bytes.len() > MAX_BYTES
+        {
             return Err(bytes);
         }
         Ok(Buffer {
@@ -380,9 +383,9 @@ impl Buffer {
     }
 
     /// The buffer's address, for `MXNDArrayGetData`. It stays valid for the
-    /// array's lifetime: buffers are never reallocated (only the server's
-    /// internal arrays adopt received bytes, see [`Buffer::adopt`]; a shared
-    /// buffer gets its own copy here first).
+    /// array's lifetime: a pinned buffer's storage is never replaced (a
+    /// shared one, see [`Buffer::share`] and [`Buffer::adopt`], is made the
+    /// buffer's own here first, and then pinned).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.own();
         self.pinned = true;
@@ -631,6 +634,13 @@ impl NDArray {
         if self.is_sparse() || self.is_none() {
             return None;
         }
+        {
+            // most arrays are not shareable: say so without the write lock
+            let g = self.read();
+            if !g.is_shared() && (g.pinned || g.len() < SHARE_MIN) {
+                return None;
+            }
+        }
         self.write().share()
     }
 
@@ -718,7 +728,7 @@ pub fn copy_to_many(src: &NDArray, outs: &[&NDArray]) -> Result<()> {
     let src_guard = src_guard.unwrap_or_else(|| src.read());
     let mut targets: Vec<(DType, &mut [u8])> = writes
         .iter_mut()
-        .map(|(d, g)| (*d, g.bytes_mut()))
+        .map(|(d, g)| (*d, g.overwrite()))
         .collect();
     kernels::broadcast_bytes(src.dtype(), src_guard.bytes(), &mut targets);
     Ok(())
@@ -763,7 +773,7 @@ pub fn sum_into(inputs: &[NDArray], out: &NDArray, order: kernels::SumOrder) -> 
     };
     let (reads, mut writes) = lock_many(inputs, &[out]);
     let slices = input_slices(inputs, &reads);
-    kernels::sum_bytes(out.dtype(), &slices, writes[0].1.bytes_mut(), order);
+    kernels::sum_bytes(out.dtype(), &slices, writes[0].1.overwrite(), order);
     Ok(())
 }
 
@@ -793,11 +803,11 @@ pub fn sum_into_and_copy(
     let slices = input_slices(inputs, &reads);
     // `guards` is in `writes` order: the stored value first.
     let (first, rest) = guards.split_first_mut().expect("out is locked");
-    let mut targets: Vec<&mut [u8]> = rest.iter_mut().map(|(_, g)| g.bytes_mut()).collect();
+    let mut targets: Vec<&mut [u8]> = rest.iter_mut().map(|(_, g)| g.overwrite()).collect();
     kernels::sum_copy_bytes(
         out.dtype(),
         &slices,
-        first.1.bytes_mut(),
+        first.1.overwrite(),
         &mut targets,
         order,
     );

@@ -544,7 +544,7 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             }
             let data = p.data.read();
             let mut out = dst.write();
-            out.bytes_mut().fill(0);
+            out.overwrite().fill(0);
             if !out.is_empty() && !idx.is_empty() {
                 // Row sizes from the buffers (a row of `[0, 2^62]` is 2^64
                 // bytes: computed from the shape, it wrapped to 0).
