@@ -1098,5 +1098,10 @@ mod tests {
         assert_eq!(b.to_f64_vec()[1], 2.0);
         // the wrong size is refused
         assert!(b.assign_bytes(frame.slice(4..)).is_err());
+        // small frames are copied (libzmq may pack several into one buffer)
+        let small = filled(16, 0.0);
+        let frame = bytes::Bytes::from(vec![0u8; 64]);
+        small.assign_bytes(frame.clone()).unwrap();
+        assert_ne!(addr(&small), frame.as_ptr() as usize);
     }
 }
