@@ -119,7 +119,11 @@ def _parser():
         description="Launch a distributed KVStore job on this machine (127.0.0.1): one "
                     "scheduler, S servers and W workers, each running COMMAND with the "
                     "environment of MXNet's tools/launch.py (local mode).",
-        epilog="Exit status: the first non-zero exit code of a node (128+N if killed by "
+        epilog="Every node gets glibc.malloc.hugetlb=1 in GLIBC_TUNABLES, and servers and "
+               "the scheduler also keep the memory they free (faster large transfers); "
+               "MXKV_KEEP_MEMORY=1 gives workers the same; a tunable already in "
+               "GLIBC_TUNABLES stays as it is. "
+               "Exit status: the first non-zero exit code of a node (128+N if killed by "
                "signal N), 124 after --timeout, 130/143/129 after SIGINT/SIGTERM/SIGHUP, "
                "2 for a bad command line, 0 when every node exited 0.")
     p.add_argument('-n', '--num-workers', type=int, required=True, metavar='W',
@@ -262,7 +266,7 @@ def malloc_tunables(current, role='worker'):
     and the scheduler, which run nothing but the store, also keep what they free (KEEP_MEMORY:
     the next message of the same size lands in memory already faulted in). Workers are the
     user's training processes, whose memory use the launcher does not change that much;
-    MXKV_KEEP_MEMORY=1 gives them the same (as bench/dist does)."""
+    MXKV_KEEP_MEMORY=1 gives them the same (bench/dist/distbench.py --keep-memory)."""
     parts = [p for p in (current or '').split(':') if p]
     names = {p.split('=', 1)[0] for p in parts}
     wanted = ['glibc.malloc.hugetlb=1']
