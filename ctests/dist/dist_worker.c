@@ -42,24 +42,27 @@ static int g_str;
 static const int INT_KEYS[3] = {3, 9, 4};
 static const char *STR_KEYS[3] = {"w", "big", "b"};
 
-static int init(KVStoreHandle kv, uint32_t num, const int *idx, NDArrayHandle *vals) {
+/* Init (is_push 0) or push of keys idx[0..num), at most 4, as int or string keys. */
+static int send_keys(KVStoreHandle kv, int is_push, uint32_t num, const int *idx,
+                     NDArrayHandle *vals) {
   int ik[4];
   const char *sk[4];
+  CHECK(num <= 4);
   for (uint32_t i = 0; i < num; i++) {
     ik[i] = INT_KEYS[idx[i]];
     sk[i] = STR_KEYS[idx[i]];
   }
-  return g_str ? MXKVStoreInitEx(kv, num, sk, vals) : MXKVStoreInit(kv, num, ik, vals);
+  if (g_str)
+    return is_push ? MXKVStorePushEx(kv, num, sk, vals, 0) : MXKVStoreInitEx(kv, num, sk, vals);
+  return is_push ? MXKVStorePush(kv, num, ik, vals, 0) : MXKVStoreInit(kv, num, ik, vals);
+}
+
+static int init(KVStoreHandle kv, uint32_t num, const int *idx, NDArrayHandle *vals) {
+  return send_keys(kv, 0, num, idx, vals);
 }
 
 static int push(KVStoreHandle kv, uint32_t num, const int *idx, NDArrayHandle *vals) {
-  int ik[4];
-  const char *sk[4];
-  for (uint32_t i = 0; i < num; i++) {
-    ik[i] = INT_KEYS[idx[i]];
-    sk[i] = STR_KEYS[idx[i]];
-  }
-  return g_str ? MXKVStorePushEx(kv, num, sk, vals, 0) : MXKVStorePush(kv, num, ik, vals, 0);
+  return send_keys(kv, 1, num, idx, vals);
 }
 
 static int pull(KVStoreHandle kv, int idx, NDArrayHandle out) {

@@ -538,14 +538,13 @@ impl Van {
                 Some((j, f)) if j == i => f,
                 other => {
                     copied = other;
-                    match to_zmq(part) {
-                        Ok(f) => f,
-                        Err(shared) => {
-                            bytes += shared.len();
-                            sock.send_shared(shared, flags).map_err(timeout)?;
-                            continue;
-                        }
+                    if part.len() >= SHARE_MIN && !part.is_unique() {
+                        // bytes someone else holds too: sent without a copy
+                        bytes += part.len();
+                        sock.send_shared(part, flags).map_err(timeout)?;
+                        continue;
                     }
+                    to_zmq(part)
                 }
             };
             bytes += frame.len();
@@ -633,21 +632,17 @@ impl Van {
 }
 
 /// A `Bytes` as a ZeroMQ frame: without a copy when it is the only handle
-/// to a Vec-backed buffer; `Err(bytes)` when it is a shared one of
-/// [`SHARE_MIN`] bytes or more, to be sent without a copy by
-/// [`ContextSocket::send_shared`]; else copied once.
-fn to_zmq(b: Bytes) -> std::result::Result<zmq::Message, Bytes> {
+/// to a Vec-backed buffer, else copied once (large shared ones do not get
+/// here: [`ContextSocket::send_shared`] sends them).
+fn to_zmq(b: Bytes) -> zmq::Message {
     if b.is_unique() {
         let v: Vec<u8> = b.into();
         if v.len() == v.capacity() {
-            return Ok(zmq::Message::from(v.into_boxed_slice()));
+            return zmq::Message::from(v.into_boxed_slice());
         }
-        return Ok(zmq::Message::from(&v[..]));
+        return zmq::Message::from(&v[..]);
     }
-    if b.len() >= SHARE_MIN {
-        return Err(b);
-    }
-    Ok(zmq::Message::from(&b[..]))
+    zmq::Message::from(&b[..])
 }
 
 fn summary(m: &Message) -> String {

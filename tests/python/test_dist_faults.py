@@ -340,6 +340,14 @@ def frames(*parts):
 
 # --- the cases ----------------------------------------------------------------------------
 
+def kill_and_scheduler_reports(c, label, lost):
+    """SIGKILLs node `label`; the scheduler fails naming it (`lost`, a pattern, returned)"""
+    c[label].kill()
+    assert c[label].proc.wait(WAIT) == -signal.SIGKILL
+    failed_with(c['scheduler'], r'scheduler rank 0 lost %s: its connection closed' % lost)
+    return lost
+
+
 def test_scheduler_absent(cluster):
     """no scheduler at DMLC_PS_ROOT_PORT: the server and both workers fail at the deadline
     naming the scheduler's address"""
@@ -357,10 +365,7 @@ def test_a_worker_killed_mid_round(cluster):
     c = cluster(2, 2, env={'T_ROUNDS': '1000'})
     c.start_all()
     c['worker 1'].wait_line(r'^rank 1 round 2 pushed$')
-    c['worker 1'].kill()
-    assert c['worker 1'].proc.wait(WAIT) == -signal.SIGKILL
-    lost = r'worker 1 \(id 11\)'
-    failed_with(c['scheduler'], r'scheduler rank 0 lost %s: its connection closed' % lost)
+    lost = kill_and_scheduler_reports(c, 'worker 1', r'worker 1 \(id 11\)')
     worker_failed(c['worker 0'], 0, lost)
     for label in ('server 0', 'server 1'):
         out = failed_with(c[label], 'every worker is gone, nobody is left to serve: ')
@@ -374,10 +379,7 @@ def test_a_server_killed(cluster):
     c = cluster(2, 2, env={'T_ROUNDS': '1000'})
     c.start_all()
     c['worker 1'].wait_line(r'^rank 1 round 2 done$')
-    c['server 0'].kill()
-    assert c['server 0'].proc.wait(WAIT) == -signal.SIGKILL
-    lost = r'server 0 \(id 8\)'
-    failed_with(c['scheduler'], r'scheduler rank 0 lost %s: its connection closed' % lost)
+    lost = kill_and_scheduler_reports(c, 'server 0', r'server 0 \(id 8\)')
     for r in (0, 1):
         worker_failed(c['worker %d' % r], r, lost)
     out = failed_with(c['server 1'], 'every worker is gone, nobody is left to serve: ')
