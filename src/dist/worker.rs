@@ -87,9 +87,9 @@ pub struct KvWorker {
     residuals: Mutex<HashMap<i32, Vec<f32>>>,
 }
 
-/// The values of a push: bytes made for it, or a dense array whose bytes
-/// the transport copies straight into the outgoing frames
-/// ([`Transport::send_copying`]: no buffer of their own, no second copy).
+/// The values of a push: bytes made for it, or a dense array, whose bytes
+/// are lent to the transport when they can be ([`NDArray::share`]) and else
+/// copied straight into the outgoing frames ([`Transport::send_copying`]).
 enum Vals<'a> {
     Owned(Vec<u8>),
     Array(&'a NDArray),
