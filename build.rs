@@ -3,7 +3,8 @@
 //! (e.g. `target/release/`), so that a program linked straight against
 //! `target/release` after `cargo build --release` finds the library at run
 //! time too (with `-Wl,-rpath,<that dir>`). The link is the only file written
-//! outside OUT_DIR.
+//! outside OUT_DIR. It also links the library's own `malloc`/`free`/`realloc`
+//! calls to `src/capi/bigalloc.rs`.
 use std::path::PathBuf;
 
 fn main() {
@@ -12,6 +13,10 @@ fn main() {
         return;
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmxkv.so.0");
+    // Every malloc/free/realloc made from inside the shared library (ours,
+    // Rust's std, libzmq) goes to src/capi/bigalloc.rs, which keeps big
+    // blocks for reuse; the rest of the process keeps its allocator.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--wrap=malloc,--wrap=free,--wrap=realloc");
     // OUT_DIR is <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out, and the
     // library lands in <target>/[<triple>/]<profile>.
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -3,10 +3,11 @@
 //! needs, `MXGetLastError`).
 //!
 //! Layers: [`capi`] is the only module with `extern "C"`, raw pointers and
-//! `unsafe`; [`store`], [`ndarray`], [`registry`] and [`psenv`] are safe Rust.
+//! `unsafe`; [`store`], [`ndarray`], [`registry`], [`psenv`] and [`blockcache`] are safe Rust.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod blockcache;
 pub mod dist;
 pub mod error;
 pub mod factory;

@@ -223,9 +223,6 @@ def main():
                     help="python of every node (needs numpy, mxnet; default: this one)")
     ap.add_argument("--timeout", type=float, help="seconds per job (default 240; 60 smoke)")
     ap.add_argument("--probe-timeout", type=float, default=40.0)
-    ap.add_argument("--keep-memory", action="store_true",
-                    help="MXKV_KEEP_MEMORY=1: the launcher gives the workers the malloc tunables "
-                    "of the servers too (both libraries)")
     args = ap.parse_args()
     smoke = args.smoke
     rounds = args.rounds or (1 if smoke else 2)
@@ -266,9 +263,7 @@ def main():
     out.meta("rounds", rounds)
     out.meta("worker_args", " ".join(worker_args))
     out.meta("job_timeout_s", timeout)
-    if args.keep_memory:
-        os.environ["MXKV_KEEP_MEMORY"] = "1"
-    out.meta("keep_memory", os.environ.get("MXKV_KEEP_MEMORY", "") == "1")
+    out.meta("glibc_tunables", os.environ.get("GLIBC_TUNABLES", ""))
 
     if not args.no_loopback:
         log("== loopback TCP limits (start)")

@@ -111,15 +111,10 @@ def markdown(rows, data, meta, got, used, args):
                  "; smoke run: `make bench-dist-smoke`" if mode == "smoke" else ""))
     L.append("- Python %s (every node: `%s`), MXNet 1.9.1" % (meta.get("python", "?"),
                                                              meta.get("node_python", "?")))
-    if meta.get("keep_memory") == "True":
-        L.append("- `MXKV_KEEP_MEMORY=1` (`distbench.py --keep-memory`): the launcher gave the "
-                 "workers the malloc tunables it gives servers and the scheduler (one arena, "
-                 "no mappings, no trimming), for both libraries")
-    else:
-        L.append("- The launcher's default malloc tunables: `glibc.malloc.hugetlb=1` on every "
-                 "node, and on servers and the scheduler also one arena, no mappings, no "
-                 "trimming (both libraries; see `malloc_tunables` in "
-                 "`bindings/python/mxkv_launch.py`)")
+    tun = meta.get("glibc_tunables", "")
+    L.append("- Malloc settings: the launcher sets none (as MXNet's `tools/launch.py`); "
+             "`GLIBC_TUNABLES` in the run's environment: %s. libmxkv keeps its own big "
+             "blocks for reuse (`src/capi/bigalloc.rs`)" % ("`%s`" % tun if tun else "unset"))
     avail = meta.get("mxkv_dist", "")
     if avail.startswith("not available"):
         L.append("- **libmxkv's distributed store was not available in this run**: a 1 worker "

@@ -119,11 +119,7 @@ def _parser():
         description="Launch a distributed KVStore job on this machine (127.0.0.1): one "
                     "scheduler, S servers and W workers, each running COMMAND with the "
                     "environment of MXNet's tools/launch.py (local mode).",
-        epilog="Every node gets glibc.malloc.hugetlb=1 in GLIBC_TUNABLES, and servers and "
-               "the scheduler also keep the memory they free (faster large transfers); "
-               "MXKV_KEEP_MEMORY=1 gives workers the same; a tunable already in "
-               "GLIBC_TUNABLES stays as it is. "
-               "Exit status: the first non-zero exit code of a node (128+N if killed by "
+        epilog="Exit status: the first non-zero exit code of a node (128+N if killed by "
                "signal N), 124 after --timeout, 130/143/129 after SIGINT/SIGTERM/SIGHUP, "
                "2 for a bad command line, 0 when every node exited 0.")
     p.add_argument('-n', '--num-workers', type=int, required=True, metavar='W',
@@ -248,34 +244,6 @@ def free_ports(count, host=HOST):
             s.close()
 
 
-# glibc malloc tunables that keep a server's or scheduler's freed memory for reuse (see
-# malloc_tunables): one arena, no mappings of their own for large blocks, no trimming.
-KEEP_MEMORY = ('glibc.malloc.arena_max=1', 'glibc.malloc.mmap_max=0',
-               'glibc.malloc.trim_threshold=1099511627776')
-
-
-def malloc_tunables(current, role='worker'):
-    """GLIBC_TUNABLES for a node of `role`: the launcher's own, plus tunables it does not set
-    already (a tunable it names is left as it is).
-
-    libzmq receives every message into memory it has just allocated. A large one is a fresh
-    mapping, which the kernel zero-fills page by page: with 4 KB pages that cost more than
-    the transfer of a 64 MB value on the machines measured (bench/dist), and with 2 MB pages
-    still about a fifth of a 64 MB pushpull. So every node gets glibc.malloc.hugetlb=1
-    (transparent huge pages for malloc; glibc 2.35 and later, others ignore it), and servers
-    and the scheduler, which run nothing but the store, also keep what they free (KEEP_MEMORY:
-    the next message of the same size lands in memory already faulted in). Workers are the
-    user's training processes, whose memory use the launcher does not change that much;
-    MXKV_KEEP_MEMORY=1 gives them the same (bench/dist/distbench.py --keep-memory)."""
-    parts = [p for p in (current or '').split(':') if p]
-    names = {p.split('=', 1)[0] for p in parts}
-    wanted = ['glibc.malloc.hugetlb=1']
-    if role in ('server', 'scheduler') or os.environ.get('MXKV_KEEP_MEMORY') == '1':
-        wanted += KEEP_MEMORY
-    parts += [w for w in wanted if w.split('=', 1)[0] not in names]
-    return ':'.join(parts)
-
-
 def build_nodes(num_workers, num_servers, root_port, node_ports=None, env_all=None,
                 env_server=None, env_worker=None, p3=False):
     """The job's nodes in start order (scheduler, servers, workers), each with the
@@ -287,12 +255,10 @@ def build_nodes(num_workers, num_servers, root_port, node_ports=None, env_all=No
         'DMLC_NUM_SERVER': str(num_servers),
         'DMLC_NODE_HOST': HOST,
     }
-    tunables = os.environ.get('GLIBC_TUNABLES')
     if p3:
         common.update({'DMLC_PS_VAN_TYPE': 'p3', 'DMLC_PS_WATER_MARK': '10'})
     env_all = env_all or {}
-    sched = dict(common, DMLC_ROLE='scheduler',
-                 GLIBC_TUNABLES=malloc_tunables(tunables, 'scheduler'))
+    sched = dict(common, DMLC_ROLE='scheduler')
     sched.update(env_all)
     nodes = [Node('scheduler', 0, sched)]
     if node_ports is not None:
@@ -303,7 +269,7 @@ def build_nodes(num_workers, num_servers, root_port, node_ports=None, env_all=No
                                            ('worker', num_workers, 0, env_worker)):
         for rank in range(count):
             env = dict(common, DMLC_ROLE=role, DMLC_TASK_ID=str(first_task + rank),
-                       DMLC_JOB_CLUSTER='local', GLIBC_TUNABLES=malloc_tunables(tunables, role))
+                       DMLC_JOB_CLUSTER='local')
             if node_ports is not None:
                 env['PORT'] = str((server_ports if role == 'server' else worker_ports)[rank])
             env.update(env_all)

@@ -78,7 +78,13 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
             .remove(handle as usize)
             .map_err(|e| Error::new(format!("KVStoreHandle {e}")))?;
         // a distributed worker's barrier before exit and node shutdown
-        kv.store.close()
+        let closed = kv.store.close();
+        drop(kv);
+        if KVSTORES.live() == 0 {
+            // no store left: the big blocks kept for reuse go back
+            super::bigalloc::release_cached();
+        }
+        closed
     })
 }
 

@@ -17,6 +17,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod args;
+pub mod bigalloc;
 mod boundary;
 mod env;
 mod kvstore;

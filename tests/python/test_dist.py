@@ -9,6 +9,7 @@ Every run is bounded twice: the launcher's own ``--timeout`` (it stops every nod
 the run, any process still carrying it is reported and killed by its pid.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -112,6 +113,21 @@ def test_large_values_move_without_copies_and_stay_right(workers, servers, bound
     assert code == 0, out
     for r in range(workers):
         assert '[worker %d] ZC OK rank %d of %d' % (r, r, workers) in out, out
+
+
+@pytest.mark.parametrize('workers,servers', [(1, 1), (2, 1)])
+def test_big_replies_land_in_memory_the_library_keeps(workers, servers):
+    """after a warm-up, 8 pushpulls of a 32 MB value fault in fewer pages than one reply
+    has: libzmq's receive buffers come from blocks the library keeps (without them, glibc
+    maps every reply afresh and each one faults in all of its 8192 pages)"""
+    code, out = launch('bigblocks_worker.py', workers, servers)
+    assert code == 0, out
+    for r in range(workers):
+        m = re.search(r'\[worker %d\] BB OK rank %d faults (\d+) in 8 pushpulls of (\d+) pages'
+                      % (r, r), out)
+        assert m, out
+        faults, pages = int(m.group(1)), int(m.group(2))
+        assert faults < pages, (faults, pages, out)
 
 
 def test_a_worker_that_leaves_early_fails_the_job_without_a_hang():

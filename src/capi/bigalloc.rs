@@ -1,0 +1,288 @@
+//! The allocator behind every `malloc`, `free` and `realloc` made from inside
+//! `libmxkv.so`: ours, Rust's standard library's and libzmq's (the shared
+//! library is linked with `--wrap=malloc,--wrap=free,--wrap=realloc`, see
+//! build.rs). Nothing outside the library comes here, so the process's own
+//! allocator and its settings are left as they are.
+//!
+//! Blocks of [`BIG`] bytes or more are mapped here and, when freed, kept for
+//! the next request of about the same size (the bookkeeping is
+//! [`crate::blockcache`], which says why), up to [`BUDGET`] bytes; everything
+//! else goes to the process's allocator, found with `dlsym` as the library's
+//! calls would have found it. [`release_cached`] gives the kept blocks back
+//! (when the last store is freed).
+//!
+//! Only the shared library's own calls are redirected: a program that links
+//! `libmxkv.a` statically keeps its `malloc`, and these functions go unused.
+
+use crate::blockcache::{Block, BlockCache, Freed, ROUNDING};
+use std::ffi::CStr;
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Requests this large or larger are served by mapped blocks.
+pub const BIG: usize = 4 << 20;
+/// What the kept blocks may add up to.
+pub const BUDGET: usize = 512 << 20;
+/// Blocks mapped here at once (in use or kept); beyond, the process's
+/// allocator serves.
+const SLOTS: usize = 256;
+/// Every block starts on a page; anything else freed here is not ours.
+const PAGE: usize = 4096;
+
+static CACHE: BlockCache<SLOTS> = BlockCache::new(BUDGET);
+
+type MallocFn = unsafe extern "C" fn(usize) -> *mut c_void;
+type FreeFn = unsafe extern "C" fn(*mut c_void);
+type ReallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+
+static REAL_MALLOC: AtomicUsize = AtomicUsize::new(0);
+static REAL_FREE: AtomicUsize = AtomicUsize::new(0);
+static REAL_REALLOC: AtomicUsize = AtomicUsize::new(0);
+
+/// The process's definition of `name` (what an unredirected call from this
+/// library binds to: the program's, a preloaded allocator's, or the C
+/// library's), looked up once.
+fn real(slot: &AtomicUsize, name: &CStr) -> usize {
+    let f = slot.load(Ordering::Acquire);
+    if f != 0 {
+        return f;
+    }
+    // SAFETY: `name` is NUL-terminated and RTLD_DEFAULT is a valid pseudo
+    // handle. dlsym's own allocations bind to the process's allocator, never
+    // to this library's redirected calls, so this does not recurse.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
+    if f == 0 {
+        // Only a process without a dynamic `malloc` could get here, and such
+        // a process cannot have loaded this shared library.
+        std::process::abort();
+    }
+    slot.store(f, Ordering::Release);
+    f
+}
+
+fn real_malloc() -> MallocFn {
+    let f = real(&REAL_MALLOC, c"malloc");
+    // SAFETY: `f` is the address of the C `malloc` found by dlsym, which has
+    // this signature.
+    unsafe { std::mem::transmute::<usize, MallocFn>(f) }
+}
+
+fn real_free() -> FreeFn {
+    let f = real(&REAL_FREE, c"free");
+    // SAFETY: as in `real_malloc`, for `free`.
+    unsafe { std::mem::transmute::<usize, FreeFn>(f) }
+}
+
+fn real_realloc() -> ReallocFn {
+    let f = real(&REAL_REALLOC, c"realloc");
+    // SAFETY: as in `real_malloc`, for `realloc`.
+    unsafe { std::mem::transmute::<usize, ReallocFn>(f) }
+}
+
+/// A kept block of about `len` bytes, or a new mapping; None when the table
+/// is full or the kernel refuses (the caller goes to the process's malloc).
+fn big_block(len: usize) -> Option<*mut c_void> {
+    if let Some(b) = CACHE.take(len) {
+        return Some(b.addr as *mut c_void);
+    }
+    let b = map_huge(len)?;
+    if CACHE.insert(b) {
+        Some(b.addr as *mut c_void)
+    } else {
+        unmap(b);
+        None
+    }
+}
+
+/// A new mapping of at least `len` bytes, in whole huge pages on a huge page
+/// boundary, which the kernel is asked to back with huge pages: a value
+/// copied in and out of it goes through 32 times fewer page-table entries.
+fn map_huge(len: usize) -> Option<Block> {
+    let cap = len.checked_add(ROUNDING - 1)? & !(ROUNDING - 1);
+    let span = cap + ROUNDING;
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let p = p as usize;
+    let addr = (p + ROUNDING - 1) & !(ROUNDING - 1);
+    let (head, tail) = (addr - p, span - (addr - p) - cap);
+    if head > 0 {
+        unmap(Block { addr: p, cap: head });
+    }
+    if tail > 0 {
+        unmap(Block {
+            addr: addr + cap,
+            cap: tail,
+        });
+    }
+    // SAFETY: advice on the range just mapped, which nothing else uses yet;
+    // a kernel without transparent huge pages refuses it, which is harmless.
+    unsafe { libc::madvise(addr as *mut c_void, cap, libc::MADV_HUGEPAGE) };
+    Some(Block { addr, cap })
+}
+
+fn unmap(b: Block) {
+    // SAFETY: `b` is (part of) a mapping made by `map_huge` that nobody holds
+    // any more (freed by its holder, never handed out, or trimmed off).
+    unsafe { libc::munmap(b.addr as *mut c_void, b.cap) };
+}
+
+/// `malloc` for the code linked into the shared library.
+///
+/// # Safety
+/// As C's `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_malloc(len: usize) -> *mut c_void {
+    if len >= BIG {
+        if let Some(p) = big_block(len) {
+            return p;
+        }
+    }
+    // SAFETY: the process's malloc, with the caller's argument.
+    unsafe { real_malloc()(len) }
+}
+
+/// `free` for the code linked into the shared library.
+///
+/// # Safety
+/// As C's `free`: `p` is NULL or came from this library's `malloc`/`realloc`
+/// (or the process's, which is where ours send what is not theirs) and is
+/// freed once.
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_free(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    if p as usize % PAGE == 0 {
+        match CACHE.free(p as usize) {
+            Freed::Kept => return,
+            Freed::Unmap(b) => return unmap(b),
+            Freed::NotOurs => {}
+        }
+    }
+    // SAFETY: not one of our blocks, so it came from the process's malloc.
+    unsafe { real_free()(p) }
+}
+
+/// `realloc` for the code linked into the shared library.
+///
+/// # Safety
+/// As C's `realloc`, with `p` as for [`__wrap_free`].
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_realloc(p: *mut c_void, len: usize) -> *mut c_void {
+    let cap = if p.is_null() || p as usize % PAGE != 0 {
+        None
+    } else {
+        CACHE.cap_of(p as usize)
+    };
+    let Some(cap) = cap else {
+        // SAFETY: NULL or from the process's malloc, as the contract says.
+        return unsafe { real_realloc()(p, len) };
+    };
+    if (BIG..=cap).contains(&len) {
+        return p;
+    }
+    // SAFETY: as C's malloc.
+    let q = unsafe { __wrap_malloc(len) };
+    if q.is_null() {
+        return q; // C's realloc: the old block stays valid
+    }
+    // SAFETY: `p` is our mapping of `cap` bytes and `q` a fresh allocation
+    // of `len` bytes; they do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, cap.min(len)) };
+    // SAFETY: `p` is ours and its holder gives it up here, as realloc does.
+    unsafe { __wrap_free(p) };
+    q
+}
+
+/// Unmaps every kept block (the blocks in use stay).
+pub fn release_cached() {
+    while let Some(b) = CACHE.evict_one() {
+        unmap(b);
+    }
+}
+
+/// Bytes of kept blocks, and blocks mapped here (in use or kept).
+pub fn stats() -> (usize, usize) {
+    (CACHE.cached_bytes(), CACHE.recorded())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+    // The functions are called directly here (the test binary is not linked
+    // with `--wrap`); the shared library's link is checked in
+    // tests/python/test_bigalloc.py.
+
+    #[test]
+    fn big_blocks_are_kept_and_reused_and_small_ones_go_to_malloc() {
+        let _g = SERIAL.lock();
+        release_cached();
+        // SAFETY: (test) each pointer is used within its length and freed once.
+        unsafe {
+            let small = __wrap_malloc(100);
+            assert!(!small.is_null());
+            std::ptr::write_bytes(small as *mut u8, 7, 100);
+            __wrap_free(small);
+
+            let a = __wrap_malloc(BIG + 48);
+            assert_eq!(a as usize % PAGE, 0);
+            std::ptr::write_bytes(a as *mut u8, 1, BIG + 48);
+            let (_, mapped) = stats();
+            __wrap_free(a);
+            assert!(stats().0 >= BIG + 48, "kept");
+            let b = __wrap_malloc(BIG + 48);
+            assert_eq!(b, a, "the kept block serves the same size again");
+            assert_eq!(*(b as *const u8).add(BIG), 1, "and is the same memory");
+            assert_eq!(stats(), (0, mapped));
+
+            // growing past the block moves it, keeping the contents
+            let c = __wrap_realloc(b, 2 * BIG);
+            assert_ne!(c, b);
+            assert_eq!(*(c as *const u8).add(BIG + 47), 1);
+            // shrinking below BIG goes to malloc, keeping what fits
+            let d = __wrap_realloc(c, 64);
+            assert_eq!(*(d as *const u8).add(63), 1);
+            __wrap_free(d);
+            // growing a malloc block stays with malloc
+            let e = __wrap_realloc(std::ptr::null_mut(), 10);
+            let e = __wrap_realloc(e, 20);
+            __wrap_free(e);
+        }
+        release_cached();
+        assert_eq!(stats().0, 0);
+    }
+
+    #[test]
+    fn the_budget_unmaps_what_it_cannot_keep() {
+        let _g = SERIAL.lock();
+        release_cached();
+        let n = BUDGET / BIG + 2;
+        // SAFETY: (test) the blocks are freed once, never touched.
+        unsafe {
+            let ps: Vec<_> = (0..n).map(|_| __wrap_malloc(BIG)).collect();
+            let (_, mapped) = stats();
+            for p in ps {
+                __wrap_free(p);
+            }
+            assert!(stats().0 <= BUDGET);
+            assert!(stats().1 < mapped, "some were unmapped");
+        }
+        release_cached();
+    }
+}

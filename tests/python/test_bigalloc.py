@@ -1,0 +1,33 @@
+"""The shared library's own allocations go to its allocator (src/capi/bigalloc.rs).
+
+libmxkv.so is linked with ``--wrap=malloc,--wrap=free,--wrap=realloc`` (build.rs), so the
+library imports none of the three: its code, Rust's standard library and the bundled libzmq
+call the library's allocator, which keeps big blocks for reuse; the program's allocator is
+left alone (the dist test test_big_replies_land_in_memory_the_library_keeps shows the
+effect)."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+SO = os.environ.get('MXKV_LIBRARY_PATH') or os.path.join(REPO, 'target', 'release', 'libmxkv.so')
+
+
+def dynamic_symbols(undefined):
+    if not shutil.which('nm'):
+        pytest.fail('nm (binutils) is needed to read the library\'s symbols')
+    flag = '--undefined-only' if undefined else '--defined-only'
+    out = subprocess.run(['nm', '-D', flag, SO], check=True, stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    return {line.split()[-1].split('@')[0] for line in out.splitlines() if line.strip()}
+
+
+def test_the_library_imports_no_malloc_free_or_realloc():
+    if not os.path.basename(SO).startswith('libmxkv'):
+        pytest.skip('MXKV_LIBRARY_PATH is not libmxkv')
+    imported = dynamic_symbols(undefined=True)
+    assert not {'malloc', 'free', 'realloc'} & imported, sorted(imported)
+    assert {'__wrap_malloc', '__wrap_free', '__wrap_realloc'} <= dynamic_symbols(False)
