@@ -70,8 +70,8 @@ pub struct BlockCache<const N: usize> {
     budget: usize,
 }
 
-/// How much a mapping may be larger than the request it was made for (the
-/// allocator rounds mappings up to whole huge pages).
+/// The huge page: mappings start on its boundary, and a kept block may be
+/// this much (plus a quarter) larger than a request it serves.
 pub const ROUNDING: usize = 2 << 20;
 
 /// Whether a kept block of `cap` bytes should serve a request of `len`: large
