@@ -16,7 +16,11 @@ fn main() {
     // Every malloc/free/realloc made from inside the shared library (ours,
     // Rust's std, libzmq) goes to src/capi/bigalloc.rs, which keeps big
     // blocks for reuse; the rest of the process keeps its allocator.
+    // -Bsymbolic-functions: the library's calls (to those, and to its own
+    // functions) bind inside it, never to a program's functions of the same
+    // names.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--wrap=malloc,--wrap=free,--wrap=realloc");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     // OUT_DIR is <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out, and the
     // library lands in <target>/[<triple>/]<profile>.
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

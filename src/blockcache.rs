@@ -15,7 +15,7 @@
 //! compare-and-swap, and only the thread that holds a block moves its slot out
 //! of "in use".
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// Nothing recorded.
 const EMPTY: u8 = 0;
@@ -31,17 +31,6 @@ const CACHED: u8 = 3;
 pub struct Block {
     pub addr: usize,
     pub cap: usize,
-}
-
-/// What `free` has to do with an address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Freed {
-    /// Not a block of the cache: the process's `free` takes it.
-    NotOurs,
-    /// Kept for reuse.
-    Kept,
-    /// Ours, but over the budget: the caller unmaps it.
-    Unmap(Block),
 }
 
 struct Slot {
@@ -61,13 +50,15 @@ impl Slot {
 }
 
 /// Up to `N` blocks, of which those freed are kept while their lengths add up
-/// to at most the budget.
+/// to at most the budget (and while keeping is on).
 pub struct BlockCache<const N: usize> {
     slots: [Slot; N],
     /// Slots not `EMPTY`: `free` of an address skips the scan when 0.
     recorded: AtomicUsize,
     cached_bytes: AtomicUsize,
     budget: usize,
+    /// Off: freed blocks are unmapped at once.
+    keeping: AtomicBool,
 }
 
 /// The huge page: mappings start on its boundary, and a kept block may be
@@ -82,17 +73,26 @@ pub fn fits(cap: usize, len: usize) -> bool {
 }
 
 impl<const N: usize> BlockCache<N> {
+    /// An empty cache, keeping off.
     pub const fn new(budget: usize) -> Self {
         BlockCache {
             slots: [const { Slot::new() }; N],
             recorded: AtomicUsize::new(0),
             cached_bytes: AtomicUsize::new(0),
             budget,
+            keeping: AtomicBool::new(false),
         }
     }
 
-    /// A kept block that [`fits`] `len` bytes (the smallest such), now in use.
-    pub fn take(&self, len: usize) -> Option<Block> {
+    /// Whether freed blocks are kept from now on (blocks kept already stay
+    /// until taken or evicted).
+    pub fn set_keeping(&self, on: bool) {
+        self.keeping.store(on, Ordering::Release);
+    }
+
+    /// A kept block that [`fits`] `len` bytes (the smallest such), now in
+    /// use. A block this gives up on its way goes to `unmap`.
+    pub fn take(&self, len: usize, unmap: &mut dyn FnMut(Block)) -> Option<Block> {
         // Each failed swap means another thread took or moved a block: a
         // bounded number of retries, then the caller maps a new one.
         for _ in 0..4 {
@@ -123,27 +123,29 @@ impl<const N: usize> BlockCache<N> {
                     cap,
                 });
             }
-            self.keep_or_unmap(s);
+            self.give_back(s, unmap);
         }
         None
     }
 
-    /// Records a block just mapped, as in use. False when every slot is taken
-    /// (the caller unmaps it and allocates elsewhere).
-    pub fn insert(&self, block: Block) -> bool {
-        for s in &self.slots {
-            if s.state
+    /// Records a new block, in use: claims a free slot first, then calls
+    /// `map` for the block. None (and `map` not called) when every slot is
+    /// taken, or when `map` fails.
+    pub fn insert_with(&self, map: impl FnOnce() -> Option<Block>) -> Option<Block> {
+        let s = self.slots.iter().find(|s| {
+            s.state
                 .compare_exchange(EMPTY, BUSY, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
-            {
-                s.addr.store(block.addr, Ordering::Relaxed);
-                s.cap.store(block.cap, Ordering::Relaxed);
-                self.recorded.fetch_add(1, Ordering::AcqRel);
-                s.state.store(USED, Ordering::Release);
-                return true;
-            }
-        }
-        false
+        })?;
+        let Some(block) = map() else {
+            s.state.store(EMPTY, Ordering::Release);
+            return None;
+        };
+        s.addr.store(block.addr, Ordering::Relaxed);
+        s.cap.store(block.cap, Ordering::Relaxed);
+        self.recorded.fetch_add(1, Ordering::AcqRel);
+        s.state.store(USED, Ordering::Release);
+        Some(block)
     }
 
     /// The slot of the block in use at `addr`. Only its holder asks, so the
@@ -162,30 +164,42 @@ impl<const N: usize> BlockCache<N> {
         self.used_slot(addr).map(|s| s.cap.load(Ordering::Relaxed))
     }
 
-    /// `free(addr)`: keeps one of our blocks while the budget allows.
-    pub fn free(&self, addr: usize) -> Freed {
+    /// `free(addr)`: false when `addr` is not one of our blocks in use.
+    /// Otherwise the block is kept, or goes to `unmap`, as [`Self::give_back`]
+    /// decides.
+    pub fn free(&self, addr: usize, unmap: &mut dyn FnMut(Block)) -> bool {
         match self.used_slot(addr) {
-            None => Freed::NotOurs,
-            Some(s) => match self.keep_or_unmap(s) {
-                None => Freed::Kept,
-                Some(b) => Freed::Unmap(b),
-            },
+            None => false,
+            Some(s) => {
+                self.give_back(s, unmap);
+                true
+            }
         }
     }
 
-    /// Moves a slot its caller holds (`USED`) to `CACHED` if the budget has
-    /// room, else empties it and returns the block to unmap.
-    fn keep_or_unmap(&self, s: &Slot) -> Option<Block> {
+    /// Gives back a block its caller holds (slot `USED`): kept when keeping
+    /// is on and it fits the budget, older kept blocks going to `unmap` to
+    /// make room (the block just freed is the likelier to be asked for
+    /// again); else the slot is emptied and the block goes to `unmap`.
+    fn give_back(&self, s: &Slot, unmap: &mut dyn FnMut(Block)) {
         let cap = s.cap.load(Ordering::Relaxed);
-        let room = self
-            .cached_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c + cap <= self.budget).then_some(c + cap)
-            })
-            .is_ok();
-        if room {
-            s.state.store(CACHED, Ordering::Release);
-            return None;
+        if self.keeping.load(Ordering::Acquire) && cap <= self.budget {
+            loop {
+                let room = self
+                    .cached_bytes
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                        (c + cap <= self.budget).then_some(c + cap)
+                    })
+                    .is_ok();
+                if room {
+                    s.state.store(CACHED, Ordering::Release);
+                    return;
+                }
+                match self.evict_one() {
+                    Some(old) => unmap(old),
+                    None => break,
+                }
+            }
         }
         let block = Block {
             addr: s.addr.load(Ordering::Relaxed),
@@ -193,7 +207,7 @@ impl<const N: usize> BlockCache<N> {
         };
         self.recorded.fetch_sub(1, Ordering::AcqRel);
         s.state.store(EMPTY, Ordering::Release);
-        Some(block)
+        unmap(block);
     }
 
     /// Takes one kept block out of the cache for the caller to unmap (None
@@ -239,100 +253,167 @@ mod tests {
         Block { addr, cap }
     }
 
+    fn cache<const N: usize>(budget: usize) -> BlockCache<N> {
+        let c = BlockCache::new(budget);
+        c.set_keeping(true);
+        c
+    }
+
+    fn add<const N: usize>(c: &BlockCache<N>, addr: usize, cap: usize) -> bool {
+        c.insert_with(|| Some(block(addr, cap))).is_some()
+    }
+
+    /// `free`, collecting what it unmaps.
+    fn free<const N: usize>(c: &BlockCache<N>, addr: usize) -> (bool, Vec<Block>) {
+        let mut gone = Vec::new();
+        let ours = c.free(addr, &mut |b| gone.push(b));
+        (ours, gone)
+    }
+
+    fn take<const N: usize>(c: &BlockCache<N>, len: usize) -> Option<Block> {
+        c.take(len, &mut |b| panic!("unmapped {b:?}"))
+    }
+
     #[test]
     fn a_freed_block_serves_the_next_request_of_about_its_size() {
-        let c = BlockCache::<4>::new(100 * MB);
-        assert_eq!(c.take(64 * MB), None);
-        assert!(c.insert(block(0x1000, 64 * MB + 4096)));
+        let c = cache::<4>(100 * MB);
+        assert_eq!(take(&c, 64 * MB), None);
+        assert!(add(&c, 0x1000, 64 * MB + 4096));
         assert_eq!(c.cap_of(0x1000), Some(64 * MB + 4096));
-        assert_eq!(c.free(0x1000), Freed::Kept);
+        assert_eq!(free(&c, 0x1000), (true, vec![]));
         assert_eq!(c.cached_bytes(), 64 * MB + 4096);
         assert_eq!(c.cap_of(0x1000), None, "a kept block is not in use");
         // too small for it, and much smaller than it: neither takes it
-        assert_eq!(c.take(65 * MB), None);
-        assert_eq!(c.take(48 * MB), None);
-        assert_eq!(c.take(64 * MB + 48), Some(block(0x1000, 64 * MB + 4096)));
+        assert_eq!(take(&c, 65 * MB), None);
+        assert_eq!(take(&c, 48 * MB), None);
+        assert_eq!(take(&c, 64 * MB + 48), Some(block(0x1000, 64 * MB + 4096)));
         assert_eq!(c.cached_bytes(), 0);
-        assert_eq!(c.take(64 * MB), None, "handed out once");
+        assert_eq!(take(&c, 64 * MB), None, "handed out once");
     }
 
     #[test]
     fn addresses_that_are_not_ours_go_to_the_process() {
-        let c = BlockCache::<4>::new(100 * MB);
-        assert_eq!(c.free(0x1000), Freed::NotOurs);
-        assert!(c.insert(block(0x1000, 8 * MB)));
-        assert_eq!(c.free(0x2000), Freed::NotOurs);
-        assert_eq!(c.free(0x1000), Freed::Kept);
+        let c = cache::<4>(100 * MB);
+        assert_eq!(free(&c, 0x1000), (false, vec![]));
+        assert!(add(&c, 0x1000, 8 * MB));
+        assert_eq!(free(&c, 0x2000), (false, vec![]));
+        assert_eq!(free(&c, 0x1000), (true, vec![]));
         assert_eq!(
-            c.free(0x1000),
-            Freed::NotOurs,
+            free(&c, 0x1000),
+            (false, vec![]),
             "a kept block is not freed twice"
         );
     }
 
     #[test]
-    fn the_budget_bounds_what_is_kept_and_the_smallest_fitting_block_is_taken() {
-        let c = BlockCache::<8>::new(20 * MB);
+    fn older_kept_blocks_make_room_for_the_one_just_freed() {
+        let c = cache::<8>(20 * MB);
         for (i, cap) in [8 * MB, 10 * MB, 9 * MB].into_iter().enumerate() {
-            assert!(c.insert(block(0x1000 * (i + 1), cap)));
+            assert!(add(&c, 0x1000 * (i + 1), cap));
         }
-        assert_eq!(c.free(0x1000), Freed::Kept);
-        assert_eq!(c.free(0x2000), Freed::Kept);
-        assert_eq!(c.free(0x3000), Freed::Unmap(block(0x3000, 9 * MB)));
-        assert_eq!(c.recorded(), 2);
-        assert_eq!(c.take(8 * MB), Some(block(0x1000, 8 * MB)));
-        assert_eq!(c.take(8 * MB), Some(block(0x2000, 10 * MB)));
+        assert_eq!(free(&c, 0x1000), (true, vec![]));
+        assert_eq!(free(&c, 0x2000), (true, vec![]));
+        // 8 + 10 + 9 > 20: the first kept block goes
+        assert_eq!(free(&c, 0x3000), (true, vec![block(0x1000, 8 * MB)]));
+        assert_eq!((c.cached_bytes(), c.recorded()), (19 * MB, 2));
+        assert_eq!(take(&c, 9 * MB), Some(block(0x3000, 9 * MB)));
+        assert_eq!(take(&c, 8 * MB), Some(block(0x2000, 10 * MB)));
         assert_eq!(c.evict_one(), None);
-        assert_eq!(c.free(0x2000), Freed::Kept);
+        // a block larger than the whole budget is never kept
+        assert!(add(&c, 0x4000, 21 * MB));
+        assert_eq!(free(&c, 0x4000), (true, vec![block(0x4000, 21 * MB)]));
+        assert_eq!(free(&c, 0x2000), (true, vec![]));
         assert_eq!(c.evict_one(), Some(block(0x2000, 10 * MB)));
         assert_eq!((c.cached_bytes(), c.recorded()), (0, 1));
     }
 
     #[test]
-    fn a_full_table_refuses_new_blocks() {
-        let c = BlockCache::<2>::new(100 * MB);
-        assert!(c.insert(block(0x1000, MB)));
-        assert!(c.insert(block(0x2000, MB)));
-        assert!(!c.insert(block(0x3000, MB)));
-        assert_eq!(c.free(0x1000), Freed::Kept);
-        assert!(!c.insert(block(0x3000, MB)), "a kept block holds its slot");
-        assert_eq!(c.evict_one(), Some(block(0x1000, MB)));
-        assert!(c.insert(block(0x3000, MB)));
+    fn with_keeping_off_freed_blocks_are_unmapped_at_once() {
+        let c = cache::<4>(100 * MB);
+        assert!(add(&c, 0x1000, 8 * MB));
+        assert!(add(&c, 0x2000, 8 * MB));
+        assert_eq!(free(&c, 0x1000), (true, vec![]));
+        c.set_keeping(false);
+        assert_eq!(free(&c, 0x2000), (true, vec![block(0x2000, 8 * MB)]));
+        assert_eq!(
+            take(&c, 8 * MB),
+            Some(block(0x1000, 8 * MB)),
+            "kept before stays"
+        );
+        assert_eq!(free(&c, 0x1000), (true, vec![block(0x1000, 8 * MB)]));
+        assert_eq!(c.recorded(), 0);
     }
 
     #[test]
-    fn threads_never_get_the_same_block_twice() {
-        let c = BlockCache::<16>::new(usize::MAX);
-        for i in 0..16 {
-            assert!(c.insert(block(0x1000 * (i + 1), MB)));
-            assert_eq!(c.free(0x1000 * (i + 1)), Freed::Kept);
-        }
+    fn a_full_table_refuses_new_blocks_without_mapping_them() {
+        let c = cache::<2>(100 * MB);
+        assert!(add(&c, 0x1000, MB));
+        assert!(add(&c, 0x2000, MB));
+        let mut mapped = false;
+        assert_eq!(
+            c.insert_with(|| {
+                mapped = true;
+                Some(block(0x3000, MB))
+            }),
+            None
+        );
+        assert!(!mapped, "no slot: nothing is mapped");
+        assert_eq!(free(&c, 0x1000), (true, vec![]));
+        assert!(!add(&c, 0x3000, MB), "a kept block holds its slot");
+        assert_eq!(c.evict_one(), Some(block(0x1000, MB)));
+        // a failed mapping gives its slot back
+        assert_eq!(c.insert_with(|| None), None);
+        assert!(add(&c, 0x3000, MB));
+    }
+
+    #[test]
+    fn threads_never_get_the_same_block_twice_and_nothing_is_lost() {
+        let c = cache::<16>(8 * MB);
         std::thread::scope(|sc| {
             let hs: Vec<_> = (0..4)
-                .map(|_| {
-                    sc.spawn(|| {
-                        let mut held = Vec::new();
-                        for round in 0..2000 {
-                            if let Some(b) = c.take(MB) {
+                .map(|t| {
+                    let c = &c;
+                    sc.spawn(move || {
+                        let (mut held, mut mapped, mut unmapped) = (Vec::new(), 0, 0);
+                        for round in 0..4000usize {
+                            let len = if (round + t) % 2 == 0 { MB } else { 2 * MB };
+                            let mut unmap = |_: Block| unmapped += 1;
+                            if let Some(b) = c.take(len, &mut unmap) {
+                                held.push(b.addr);
+                            } else if let Some(b) = c.insert_with(|| {
+                                Some(block(0x1_0000_0000 * (t + 1) + round * 0x1000, len))
+                            }) {
+                                mapped += 1;
                                 held.push(b.addr);
                             }
-                            if round % 3 == 0 {
+                            if round % 2 == 0 {
                                 if let Some(a) = held.pop() {
-                                    assert_eq!(c.free(a), Freed::Kept);
+                                    assert!(c.free(a, &mut unmap));
                                 }
                             }
                         }
-                        held
+                        (held, mapped, unmapped)
                     })
                 })
                 .collect();
-            let mut all = HashSet::new();
+            let (mut all, mut mapped, mut unmapped) = (HashSet::new(), 0, 0);
             for h in hs {
-                for a in h.join().unwrap() {
+                let (held, m, u) = h.join().unwrap();
+                (mapped, unmapped) = (mapped + m, unmapped + u);
+                for a in held {
                     assert!(all.insert(a), "block {a:#x} held by two threads");
                 }
             }
-            assert_eq!(c.cached_bytes(), (16 - all.len()) * MB);
+            let mut kept = 0;
+            while c.evict_one().is_some() {
+                kept += 1;
+            }
+            assert_eq!(
+                mapped,
+                unmapped + kept + all.len(),
+                "every block accounted for"
+            );
+            assert_eq!(c.recorded(), all.len());
         });
     }
 }

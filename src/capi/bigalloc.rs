@@ -1,21 +1,26 @@
 //! The allocator behind every `malloc`, `free` and `realloc` made from inside
 //! `libmxkv.so`: ours, Rust's standard library's and libzmq's (the shared
-//! library is linked with `--wrap=malloc,--wrap=free,--wrap=realloc`, see
-//! build.rs). Nothing outside the library comes here, so the process's own
-//! allocator and its settings are left as they are.
+//! library is linked with `--wrap=malloc,--wrap=free,--wrap=realloc` and
+//! `-Bsymbolic-functions`, see build.rs, so those calls come here and a
+//! program defining functions of the same names does not take them over).
+//! Nothing outside the library comes here: the process's own allocator and
+//! its settings are left as they are.
 //!
-//! Blocks of [`BIG`] bytes or more are mapped here and, when freed, kept for
-//! the next request of about the same size (the bookkeeping is
-//! [`crate::blockcache`], which says why), up to [`BUDGET`] bytes; everything
-//! else goes to the process's allocator, found with `dlsym` as the library's
-//! calls would have found it. [`release_cached`] gives the kept blocks back
-//! (when the last store is freed).
+//! Blocks of [`BIG`] bytes or more are mapped here and, when freed while a
+//! store exists, kept for the next request of about the same size (the
+//! bookkeeping is [`crate::blockcache`], which says why), up to [`BUDGET`]
+//! bytes; everything else goes to the process's allocator, found with
+//! `dlsym` as the library's calls would have found it. When the last store
+//! is freed, [`keep`]`(false)` gives the kept blocks back and later frees
+//! unmap at once.
+//!
+//! Tools: LeakSanitizer does not scan these blocks, and a kept block hides a
+//! use after free of it from ASan and valgrind.
 //!
 //! Only the shared library's own calls are redirected: a program that links
 //! `libmxkv.a` statically keeps its `malloc`, and these functions go unused.
 
-use crate::blockcache::{Block, BlockCache, Freed, ROUNDING};
-use std::ffi::CStr;
+use crate::blockcache::{Block, BlockCache, ROUNDING};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,8 +31,9 @@ pub const BUDGET: usize = 512 << 20;
 /// Blocks mapped here at once (in use or kept); beyond, the process's
 /// allocator serves.
 const SLOTS: usize = 256;
-/// Every block starts on a page; anything else freed here is not ours.
-const PAGE: usize = 4096;
+/// Every block starts on a page, and pages are multiples of 4 KiB: an
+/// address off this alignment is not ours.
+const MIN_PAGE: usize = 4096;
 
 static CACHE: BlockCache<SLOTS> = BlockCache::new(BUDGET);
 
@@ -35,63 +41,64 @@ type MallocFn = unsafe extern "C" fn(usize) -> *mut c_void;
 type FreeFn = unsafe extern "C" fn(*mut c_void);
 type ReallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 
-static REAL_MALLOC: AtomicUsize = AtomicUsize::new(0);
-static REAL_FREE: AtomicUsize = AtomicUsize::new(0);
-static REAL_REALLOC: AtomicUsize = AtomicUsize::new(0);
+/// The process's `malloc`, `free` and `realloc`, and the page size; 0 until
+/// looked up (all together, by the first call).
+static REAL: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 
-/// The process's definition of `name` (what an unredirected call from this
-/// library binds to: the program's, a preloaded allocator's, or the C
-/// library's), looked up once.
-fn real(slot: &AtomicUsize, name: &CStr) -> usize {
-    let f = slot.load(Ordering::Acquire);
-    if f != 0 {
-        return f;
+/// The process's definitions of `malloc`, `free` and `realloc` (what an
+/// unredirected call from this library binds to: the program's, a preloaded
+/// allocator's, or the C library's), and the page size.
+fn real() -> [usize; 4] {
+    let got = REAL.each_ref().map(|a| a.load(Ordering::Acquire));
+    if got[3] != 0 {
+        return got;
     }
-    // SAFETY: `name` is NUL-terminated and RTLD_DEFAULT is a valid pseudo
-    // handle. dlsym's own allocations bind to the process's allocator, never
-    // to this library's redirected calls, so this does not recurse.
-    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
-    if f == 0 {
+    let mut found = [0; 4];
+    for (f, name) in found.iter_mut().zip([c"malloc", c"free", c"realloc"]) {
+        // SAFETY: `name` is NUL-terminated and RTLD_DEFAULT is a valid pseudo
+        // handle. dlsym's own allocations bind to the process's allocator,
+        // never to this library's redirected calls, so this does not recurse.
+        *f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
+    }
+    // SAFETY: sysconf only reads a system value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    found[3] = usize::try_from(page).unwrap_or(MIN_PAGE).max(MIN_PAGE);
+    if found.contains(&0) {
         // Only a process without a dynamic `malloc` could get here, and such
         // a process cannot have loaded this shared library.
         std::process::abort();
     }
-    slot.store(f, Ordering::Release);
-    f
+    // The page size last: a thread that sees it sees the three functions.
+    for (a, f) in REAL.iter().zip(found) {
+        a.store(f, Ordering::Release);
+    }
+    found
 }
 
 fn real_malloc() -> MallocFn {
-    let f = real(&REAL_MALLOC, c"malloc");
-    // SAFETY: `f` is the address of the C `malloc` found by dlsym, which has
-    // this signature.
-    unsafe { std::mem::transmute::<usize, MallocFn>(f) }
+    // SAFETY: the address of the process's `malloc`, found by dlsym, which
+    // has this signature.
+    unsafe { std::mem::transmute::<usize, MallocFn>(real()[0]) }
 }
 
 fn real_free() -> FreeFn {
-    let f = real(&REAL_FREE, c"free");
     // SAFETY: as in `real_malloc`, for `free`.
-    unsafe { std::mem::transmute::<usize, FreeFn>(f) }
+    unsafe { std::mem::transmute::<usize, FreeFn>(real()[1]) }
 }
 
 fn real_realloc() -> ReallocFn {
-    let f = real(&REAL_REALLOC, c"realloc");
     // SAFETY: as in `real_malloc`, for `realloc`.
-    unsafe { std::mem::transmute::<usize, ReallocFn>(f) }
+    unsafe { std::mem::transmute::<usize, ReallocFn>(real()[2]) }
 }
 
 /// A kept block of about `len` bytes, or a new mapping; None when the table
 /// is full or the kernel refuses (the caller goes to the process's malloc).
 fn big_block(len: usize) -> Option<*mut c_void> {
-    if let Some(b) = CACHE.take(len) {
-        return Some(b.addr as *mut c_void);
-    }
-    let b = map_huge(len)?;
-    if CACHE.insert(b) {
-        Some(b.addr as *mut c_void)
-    } else {
-        unmap(b);
-        None
-    }
+    let b = match CACHE.take(len, &mut unmap) {
+        Some(b) => b,
+        None => CACHE.insert_with(|| map_huge(len))?,
+    };
+    Some(b.addr as *mut c_void)
 }
 
 /// A new mapping of `len` bytes rounded up to whole pages, starting on a huge
@@ -100,7 +107,8 @@ fn big_block(len: usize) -> Option<*mut c_void> {
 /// (the part past the last whole huge page gets small pages, so nothing is
 /// resident beyond the request's last page).
 fn map_huge(len: usize) -> Option<Block> {
-    let cap = len.checked_add(PAGE - 1)? & !(PAGE - 1);
+    let page = real()[3];
+    let cap = len.checked_add(page - 1)? / page * page;
     let span = cap.checked_add(ROUNDING)?;
     // SAFETY: an anonymous private mapping at an address of the kernel's
     // choosing touches no existing memory.
@@ -118,6 +126,7 @@ fn map_huge(len: usize) -> Option<Block> {
         return None;
     }
     let p = p as usize;
+    // ROUNDING is a multiple of every page size, so the cut points are pages
     let addr = (p + ROUNDING - 1) & !(ROUNDING - 1);
     let (head, tail) = (addr - p, span - (addr - p) - cap);
     if head > 0 {
@@ -164,15 +173,8 @@ pub unsafe extern "C" fn __wrap_malloc(len: usize) -> *mut c_void {
 /// freed once.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_free(p: *mut c_void) {
-    if p.is_null() {
+    if p.is_null() || (p as usize % MIN_PAGE == 0 && CACHE.free(p as usize, &mut unmap)) {
         return;
-    }
-    if p as usize % PAGE == 0 {
-        match CACHE.free(p as usize) {
-            Freed::Kept => return,
-            Freed::Unmap(b) => return unmap(b),
-            Freed::NotOurs => {}
-        }
     }
     // SAFETY: not one of our blocks, so it came from the process's malloc.
     unsafe { real_free()(p) }
@@ -184,7 +186,7 @@ pub unsafe extern "C" fn __wrap_free(p: *mut c_void) {
 /// As C's `realloc`, with `p` as for [`__wrap_free`].
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_realloc(p: *mut c_void, len: usize) -> *mut c_void {
-    let cap = if p.is_null() || p as usize % PAGE != 0 {
+    let cap = if p.is_null() || p as usize % MIN_PAGE != 0 {
         None
     } else {
         CACHE.cap_of(p as usize)
@@ -209,10 +211,14 @@ pub unsafe extern "C" fn __wrap_realloc(p: *mut c_void, len: usize) -> *mut c_vo
     q
 }
 
-/// Unmaps every kept block (the blocks in use stay).
-pub fn release_cached() {
-    while let Some(b) = CACHE.evict_one() {
-        unmap(b);
+/// Whether freed big blocks are kept (on while a store exists); turning it
+/// off also unmaps every kept block.
+pub fn keep(on: bool) {
+    CACHE.set_keeping(on);
+    if !on {
+        while let Some(b) = CACHE.evict_one() {
+            unmap(b);
+        }
     }
 }
 
@@ -234,7 +240,7 @@ mod tests {
     #[test]
     fn big_blocks_are_kept_and_reused_and_small_ones_go_to_malloc() {
         let _g = SERIAL.lock();
-        release_cached();
+        keep(true);
         // SAFETY: (test) each pointer is used within its length and freed once.
         unsafe {
             let small = __wrap_malloc(100);
@@ -243,7 +249,7 @@ mod tests {
             __wrap_free(small);
 
             let a = __wrap_malloc(BIG + 48);
-            assert_eq!(a as usize % PAGE, 0);
+            assert_eq!(a as usize % ROUNDING, 0, "on a huge page boundary");
             std::ptr::write_bytes(a as *mut u8, 1, BIG + 48);
             let (_, mapped) = stats();
             __wrap_free(a);
@@ -266,14 +272,14 @@ mod tests {
             let e = __wrap_realloc(e, 20);
             __wrap_free(e);
         }
-        release_cached();
+        keep(false);
         assert_eq!(stats().0, 0);
     }
 
     #[test]
     fn the_budget_unmaps_what_it_cannot_keep() {
         let _g = SERIAL.lock();
-        release_cached();
+        keep(true);
         let n = BUDGET / BIG + 2;
         // SAFETY: (test) the blocks are freed once, never touched.
         unsafe {
@@ -284,7 +290,13 @@ mod tests {
             }
             assert!(stats().0 <= BUDGET);
             assert!(stats().1 < mapped, "some were unmapped");
+            // with keeping off, what was kept goes and what is freed goes
+            let a = __wrap_malloc(BIG);
+            keep(false);
+            assert_eq!(stats(), (0, 1));
+            __wrap_free(a);
+            assert_eq!(stats(), (0, 0));
         }
-        release_cached();
+        keep(false);
     }
 }

@@ -31,6 +31,8 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
         let store = crate::factory::create(name)?;
         let type_c = CString::new(store.type_name()).expect("came from a C string");
         let h = KVSTORES.insert(Arc::new(KvHandle { store, type_c }));
+        // while a store exists, freed big blocks are kept for its traffic
+        super::bigalloc::keep(true);
         // SAFETY: `out` is non-NULL and writable, per the contract.
         unsafe { write_out(out, h as KVStoreHandle, "out") }
     })
@@ -82,7 +84,7 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
         drop(kv);
         if KVSTORES.live() == 0 {
             // no store left: the big blocks kept for reuse go back
-            super::bigalloc::release_cached();
+            super::bigalloc::keep(false);
         }
         closed
     })

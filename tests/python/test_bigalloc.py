@@ -3,7 +3,8 @@
 libmxkv.so is linked with ``--wrap=malloc,--wrap=free,--wrap=realloc`` (build.rs), so the
 library imports none of the three: its code, Rust's standard library and the bundled libzmq
 call the library's allocator, which keeps big blocks for reuse; the program's allocator is
-left alone (the dist test test_big_replies_land_in_memory_the_library_keeps shows the
+left alone. With ``-Bsymbolic-functions`` those calls are bound inside the library, so a
+program that defines functions of the same names cannot take them over (the dist test test_big_replies_land_in_memory_the_library_keeps shows the
 effect)."""
 import os
 import shutil
@@ -31,3 +32,13 @@ def test_the_library_imports_no_malloc_free_or_realloc():
     imported = dynamic_symbols(undefined=True)
     assert not {'malloc', 'free', 'realloc'} & imported, sorted(imported)
     assert {'__wrap_malloc', '__wrap_free', '__wrap_realloc'} <= dynamic_symbols(False)
+
+
+def test_the_library_binds_its_allocator_calls_itself():
+    if not os.path.basename(SO).startswith('libmxkv'):
+        pytest.skip('MXKV_LIBRARY_PATH is not libmxkv')
+    if not shutil.which('readelf'):
+        pytest.fail('readelf (binutils) is needed to read the library\'s relocations')
+    relocs = subprocess.run(['readelf', '-rW', SO], check=True, stdout=subprocess.PIPE,
+                            universal_newlines=True).stdout
+    assert [line for line in relocs.splitlines() if '__wrap_' in line] == []
