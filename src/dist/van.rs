@@ -678,6 +678,8 @@ struct Monitor {
 fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
     let mut monitors: Vec<Monitor> = Vec::new();
     let tick_ms = TICK.as_millis() as i64;
+    // after a message, the next poll watches for up to SPIN before it sleeps
+    let mut watch_until: Option<Instant> = None;
     while !van.shared.stop.load(Ordering::Acquire) {
         monitors.extend(van.shared.new_monitors.lock().drain(..).map(
             |(peer, generation, sock)| Monitor {
@@ -690,7 +692,17 @@ fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
             let mut items = Vec::with_capacity(1 + monitors.len());
             items.push(router.as_poll_item(zmq::POLLIN));
             items.extend(monitors.iter().map(|m| m.sock.as_poll_item(zmq::POLLIN)));
-            match zmq::poll(&mut items, tick_ms) {
+            let mut polled = zmq::poll(&mut items, 0);
+            if let Some(until) = watch_until.take() {
+                while matches!(polled, Ok(0)) && Instant::now() < until {
+                    std::thread::yield_now();
+                    polled = zmq::poll(&mut items, 0);
+                }
+            }
+            if matches!(polled, Ok(0)) {
+                polled = zmq::poll(&mut items, tick_ms);
+            }
+            match polled {
                 Ok(_) => {}
                 Err(zmq::Error::EINTR) => continue,
                 Err(e) => {
@@ -735,6 +747,7 @@ fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
             });
         }
         if router_ready {
+            watch_until = Some(Instant::now() + super::SPIN);
             // Drain everything that is there, then poll again.
             loop {
                 match receive_one(van, &router) {

@@ -27,13 +27,15 @@ use super::kv::{
     copy_to_vec, i32_bytes, node_name, reply_error, server_id, u64_bytes, KvPairs, Transport,
 };
 use super::message::{Bytes, Message};
+use super::SPIN;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
 use crate::{bail, ensure};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,6 +84,9 @@ pub struct KvWorker {
     enc: Mutex<KeyEncoder>,
     st: Mutex<State>,
     cv: Condvar,
+    /// Bumped (under `st`) whenever a request completes or fails, before
+    /// `cv` is notified: what a waiter watches while it spins.
+    events: AtomicU64,
     compression: Mutex<Option<CompressionParams>>,
     /// Quantization residuals of compressed keys.
     residuals: Mutex<HashMap<i32, Vec<f32>>>,
@@ -126,6 +131,7 @@ impl KvWorker {
             enc: Mutex::new(enc),
             st: Mutex::new(State::default()),
             cv: Condvar::new(),
+            events: AtomicU64::new(0),
             compression: Mutex::new(None),
             residuals: Mutex::new(HashMap::new()),
         }
@@ -194,7 +200,7 @@ impl KvWorker {
             } else {
                 req.done = true;
             }
-            self.cv.notify_all();
+            self.notify();
         }
     }
 
@@ -222,7 +228,7 @@ impl KvWorker {
         if id.map_or(true, |id| id >= 8 && id % 2 == 0) {
             st.lost.get_or_insert(err.clone());
         }
-        self.cv.notify_all();
+        self.notify();
     }
 
     // ------------------------------------------------------------------
@@ -296,7 +302,7 @@ impl KvWorker {
             };
             if let Err(e) = sent {
                 self.st.lock().reqs.remove(&ts);
-                self.cv.notify_all();
+                self.notify();
                 return Err(Error::with_kind(
                     e.kind(),
                     format!(
@@ -322,6 +328,32 @@ impl KvWorker {
         ))
     }
 
+    /// Wakes the waiters (with `st` held, or right after changing it).
+    fn notify(&self) {
+        self.events.fetch_add(1, Ordering::AcqRel);
+        self.cv.notify_all();
+    }
+
+    /// Waits for the next completion or the deadline; true when the deadline
+    /// passed. The first call of a wait (`*fresh`) only watches
+    /// [`Self::events`] for up to [`SPIN`] (yielding the CPU to any thread
+    /// that wants it), without the lock, and returns so that the caller
+    /// checks its state again under the lock. Later calls sleep on the
+    /// condition variable, the caller having held the lock since its check.
+    fn sleep(&self, st: &mut MutexGuard<'_, State>, deadline: Instant, fresh: &mut bool) -> bool {
+        if !std::mem::take(fresh) {
+            return self.cv.wait_until(st, deadline).timed_out();
+        }
+        let seen = self.events.load(Ordering::Acquire);
+        MutexGuard::unlocked(st, || {
+            let t0 = Instant::now();
+            while self.events.load(Ordering::Acquire) == seen && t0.elapsed() < SPIN {
+                std::thread::yield_now();
+            }
+        });
+        Instant::now() >= deadline
+    }
+
     /// Waits until request `ts` completed and returns it.
     fn wait(&self, ts: i32) -> Result<Req> {
         self.wait_until(ts, Instant::now() + self.cfg.timeout)
@@ -330,6 +362,7 @@ impl KvWorker {
     /// [`Self::wait`] with a deadline shared by several requests of one call.
     fn wait_until(&self, ts: i32, deadline: Instant) -> Result<Req> {
         let mut st = self.st.lock();
+        let mut fresh = true;
         loop {
             match st.reqs.get(&ts) {
                 None => bail!("internal: request {ts} vanished"),
@@ -342,7 +375,7 @@ impl KvWorker {
                 }
                 Some(_) => {}
             }
-            if self.cv.wait_until(&mut st, deadline).timed_out() {
+            if self.sleep(&mut st, deadline, &mut fresh) {
                 let mut r = st.reqs.remove(&ts).expect("present");
                 if r.done {
                     return match r.error.take() {
@@ -363,9 +396,10 @@ impl KvWorker {
 
     fn wait_push_until(&self, key: i32, deadline: Instant) -> Result<()> {
         let mut st = self.st.lock();
+        let mut fresh = true;
         if let Some(&ts) = st.last_push.get(&key) {
             while st.reqs.contains_key(&ts) {
-                if self.cv.wait_until(&mut st, deadline).timed_out() {
+                if self.sleep(&mut st, deadline, &mut fresh) {
                     if let Some(r) = st.reqs.remove(&ts) {
                         return Err(self.timeout_error(&r, ts));
                     }
