@@ -84,8 +84,8 @@ pub struct KvWorker {
     enc: Mutex<KeyEncoder>,
     st: Mutex<State>,
     cv: Condvar,
-    /// Bumped (under `st`) whenever a request completes or fails, before
-    /// `cv` is notified: what a waiter watches while it spins.
+    /// Bumped whenever a request completes or fails, before `cv` is
+    /// notified: what a waiter watches while it spins.
     events: AtomicU64,
     compression: Mutex<Option<CompressionParams>>,
     /// Quantization residuals of compressed keys.
@@ -328,7 +328,7 @@ impl KvWorker {
         ))
     }
 
-    /// Wakes the waiters (with `st` held, or right after changing it).
+    /// Wakes the waiters (after a change to `st`).
     fn notify(&self) {
         self.events.fetch_add(1, Ordering::AcqRel);
         self.cv.notify_all();
