@@ -55,7 +55,8 @@ bench-smoke: build venv-ref $(BENCH_BIN)
 # --- distributed store (issue 10, item 5) ---------------------------------------------------
 #   make bench-dist        MXNet 1.9.1 and libmxkv dist_sync clusters (1+1, 2+2) on 127.0.0.1,
 #                          started with bindings/python/mxkv_launch.py, beside the loopback TCP
-#                          limit measured in the same run (~3 min): bench/results/<date>-dist.
+#                          limit and a libzmq echo (examples/zmq_echo.rs) measured in the same
+#                          run (~3 min): bench/results/<date>-dist.
 #                          {csv,md,png}; prints the Markdown; exits 1 if a pulled value was
 #                          wrong or a job failed. libmxkv's rows are n/a (with the reason)
 #                          while its distributed store does not pass bench/dist's probe job.
@@ -68,6 +69,7 @@ DIST_OUT := build/bench/dist
 
 bench-dist: build venv-ref $(BENCH_MPL)
 	@mkdir -p $(DIST_OUT) $(BENCH_RES)
+	$(CARGO) build --release --example zmq_echo
 	@start=$$(date +%s); rc=0; \
 	$(BENCH_PYENV) $(PY) bench/dist/distbench.py --csv $(DIST_OUT)/dist.csv \
 	  --raw $(DIST_OUT)/dist.jsonl || rc=1; \
@@ -77,6 +79,7 @@ bench-dist: build venv-ref $(BENCH_MPL)
 
 bench-dist-smoke: build venv-ref
 	@mkdir -p $(DIST_OUT)/smoke
+	$(CARGO) build --release --example zmq_echo
 	$(BENCH_PYENV) $(PY) bench/dist/distbench.py --smoke --csv $(DIST_OUT)/smoke/dist.csv \
 	  --raw $(DIST_OUT)/smoke/dist.jsonl
 	$(PY) bench/dist/report.py --csv $(DIST_OUT)/smoke/dist.csv --out-dir $(DIST_OUT)/smoke \

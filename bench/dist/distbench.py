@@ -208,6 +208,45 @@ def limits(args, out, when):
             log("  loopback %-10s %-14s %s" % (r["figure"], var, shown))
 
 
+ZMQ_ECHO = os.path.join(ROOT, "target", "release", "examples", "zmq_echo")
+# glibc tunables of the echo processes (not of any node): freed memory stays in the
+# process, so each echo lands in memory already there, as libmxkv's kept blocks do
+ZMQ_ECHO_TUNABLES = ("glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
+                     "glibc.malloc.trim_threshold=1099511627776")
+
+
+def zmq_limit(args, out, when):
+    """The value echoed over libzmq DEALER/ROUTER between two processes (examples/zmq_echo.rs,
+    built by `make bench-dist`): what the transport the protocol prescribes does alone."""
+    var = "pairs=1 %s" % when
+    if not os.path.exists(ZMQ_ECHO):
+        out.row("limit_zmq_echo", var, args.lb_size, "machine", [], args.lb_size, "FAIL",
+                "%s not built (cargo build --release --example zmq_echo)" % ZMQ_ECHO)
+        return
+    env = dict(os.environ, GLIBC_TUNABLES=ZMQ_ECHO_TUNABLES)
+    server = subprocess.Popen([ZMQ_ECHO, "server"], stdout=subprocess.PIPE, env=env,
+                              universal_newlines=True)
+    try:
+        port = server.stdout.readline().strip()
+        r = subprocess.run([ZMQ_ECHO, "client", port, str(args.lb_size), str(args.lb_reps),
+                            "2"], stdout=subprocess.PIPE, env=env, universal_newlines=True,
+                           timeout=120, check=True)
+        res = json.loads(r.stdout)
+        server.wait(timeout=30)
+    except (subprocess.SubprocessError, ValueError) as e:
+        out.row("limit_zmq_echo", var, args.lb_size, "machine", [], args.lb_size, "FAIL", str(e))
+        return
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    out.keep(dict(res, job="zmq_echo", when=when))
+    t = res["times"]
+    out.row("limit_zmq_echo", var, res["size"], "machine", t, res["bytes_per_op"], "ok")
+    log("  libzmq echo        %-14s best %.3f GB/s, median %.3f GB/s" % (
+        var, res["size"] / min(t) / 1e9, res["size"] / statistics.median(t) / 1e9))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true",
@@ -271,6 +310,7 @@ def main():
     if not args.no_loopback:
         log("== loopback TCP limits (start)")
         limits(args, out, "start")
+        zmq_limit(args, out, "start")
 
     avail = {}
     for lib in libs:
@@ -333,6 +373,7 @@ def main():
     if not args.no_loopback:
         log("== loopback TCP limits (end)")
         limits(args, out, "end")
+        zmq_limit(args, out, "end")
 
     for (w, s) in configs:
         for lib in libs:
