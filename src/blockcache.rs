@@ -90,6 +90,10 @@ impl<const N: usize> BlockCache<N> {
         self.keeping.store(on, Ordering::Release);
     }
 
+    pub fn keeping(&self) -> bool {
+        self.keeping.load(Ordering::Acquire)
+    }
+
     /// A kept block that [`fits`] `len` bytes (the smallest such), now in
     /// use. A block this gives up on its way goes to `unmap`.
     pub fn take(&self, len: usize, unmap: &mut dyn FnMut(Block)) -> Option<Block> {

@@ -6,8 +6,8 @@
 //! Nothing outside the library comes here: the process's own allocator and
 //! its settings are left as they are.
 //!
-//! Blocks of [`BIG`] bytes or more are mapped here and, when freed while a
-//! store exists, kept for the next request of about the same size (the
+//! While a store exists, blocks of [`BIG`] bytes or more are mapped here
+//! and, when freed, kept for the next request of about the same size (the
 //! bookkeeping is [`crate::blockcache`], which says why), up to [`BUDGET`]
 //! bytes; everything else goes to the process's allocator, found with
 //! `dlsym` as the library's calls would have found it. When the last store
@@ -156,7 +156,8 @@ fn unmap(b: Block) {
 /// As C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn __wrap_malloc(len: usize) -> *mut c_void {
-    if len >= BIG {
+    // with no store, nothing is kept: the process's malloc serves
+    if len >= BIG && CACHE.keeping() {
         if let Some(p) = big_block(len) {
             return p;
         }
@@ -290,12 +291,16 @@ mod tests {
             }
             assert!(stats().0 <= BUDGET);
             assert!(stats().1 < mapped, "some were unmapped");
-            // with keeping off, what was kept goes and what is freed goes
+            // with keeping off, what was kept goes, what is freed goes, and
+            // big requests go to malloc
             let a = __wrap_malloc(BIG);
             keep(false);
             assert_eq!(stats(), (0, 1));
             __wrap_free(a);
             assert_eq!(stats(), (0, 0));
+            let b = __wrap_malloc(BIG);
+            assert_eq!(stats(), (0, 0));
+            __wrap_free(b);
         }
         keep(false);
     }
