@@ -29,7 +29,7 @@ pub trait Transport: Send + Sync {
     fn send(&self, msg: Message) -> Result<()>;
 
     /// Sends `msg` with data part `part` (which exists) replaced by a copy
-    /// of `src`. A transport that can copy straight into reusable memory
+    /// of `src`. A transport that can copy straight into its outgoing frame
     /// overrides this (the van: [`super::van::Van::send_copying`]).
     fn send_copying(&self, mut msg: Message, part: usize, src: &[u8]) -> Result<()> {
         match msg.data.get_mut(part) {

@@ -411,7 +411,7 @@ impl Postoffice {
     }
 
     /// As [`Postoffice::send`], with data part `part` a copy of `src`
-    /// ([`Van::send_copying`]: no fresh memory for a large value).
+    /// ([`Van::send_copying`]: one copy, straight into the frame that goes out).
     pub fn send_copying(&self, mut msg: Message, part: usize, src: &[u8]) -> Result<()> {
         let to = msg.recver;
         self.check_peer(to)?;

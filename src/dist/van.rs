@@ -15,14 +15,10 @@
 //! every [`TICK`] (the handler gets [`Event::Tick`] for heartbeats and
 //! deadlines) and ends in bounded time on [`Van::stop`].
 //!
-//! Large messages reuse memory: a received frame of [`RECYCLE_MIN`] bytes or
-//! more goes, once dropped, to a small cache of spare frames, and a value
-//! sent with [`Van::send_copying`] is copied into a spare frame of its exact
-//! size when there is one (else into a new one). Fresh memory is faulted in
-//! page by page when first written (here 80-100 ms for 64 MB in 4 KiB pages,
-//! against ~5 ms for a copy into memory already touched); libzmq allocates
-//! every received message afresh, so reusing it for the next send of the
-//! same size halves the fresh memory of a push + reply round.
+//! Large messages need no fresh memory once a store runs: libzmq allocates
+//! every received message, and a value sent with [`Van::send_copying`] is
+//! copied into a frame libzmq allocates, and the library serves and keeps
+//! such big blocks itself (`src/capi/bigalloc.rs`).
 //!
 //! Each van has one ZeroMQ context, made as ps-lite makes its one:
 //! `zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, 65536)` ([`MAX_SOCKETS`]; libzmq's
@@ -48,12 +44,6 @@ use std::time::{Duration, Instant};
 
 /// How often the receive thread wakes up when nothing arrives.
 pub const TICK: Duration = Duration::from_millis(50);
-
-/// Received frames at least this large are kept for reuse once dropped.
-pub const RECYCLE_MIN: usize = 1 << 20;
-/// At most this many bytes of spare frames are kept (per van; the oldest
-/// go first).
-const SPARE_BYTES: usize = 512 << 20;
 
 /// `ZMQ_LINGER` given to the DEALERs when the van stops (0 before).
 const FLUSH_ON_STOP_MS: i32 = 200;
@@ -166,81 +156,6 @@ struct Sender {
     endpoint: String,
 }
 
-/// Spare frames (received, dropped, kept for a later send of that size).
-struct Spares {
-    inner: Mutex<SpareFrames>,
-    /// Bytes kept at most.
-    cap: usize,
-}
-
-#[derive(Default)]
-struct SpareFrames {
-    /// Oldest first.
-    frames: Vec<zmq::Message>,
-    bytes: usize,
-    /// Sizes a send looked for and did not find, newest last: only frames
-    /// of these sizes are kept (a node that never sends a size, e.g. a
-    /// worker receiving replies to compressed pushes, keeps nothing).
-    wanted: Vec<usize>,
-}
-
-/// How many recently wanted sizes are remembered.
-const WANTED_SIZES: usize = 64;
-
-impl Spares {
-    fn new(cap: usize) -> Spares {
-        Spares {
-            inner: Mutex::new(SpareFrames::default()),
-            cap,
-        }
-    }
-
-    /// Keeps `msg` if a send wanted its size; the oldest spares make room
-    /// (a size no longer sent does not hold memory for good).
-    fn give(&self, msg: zmq::Message) {
-        if msg.len() > self.cap {
-            return;
-        }
-        let mut freed = Vec::new();
-        {
-            let mut g = self.inner.lock();
-            if !g.wanted.contains(&msg.len()) {
-                drop(g);
-                return;
-            }
-            g.bytes += msg.len();
-            g.frames.push(msg);
-            while g.bytes > self.cap {
-                let old = g.frames.remove(0);
-                g.bytes -= old.len();
-                freed.push(old);
-            }
-        }
-        drop(freed); // freed after the guard is released
-    }
-
-    /// A spare frame of exactly `len` bytes (the most recent one); a miss
-    /// marks `len` as wanted.
-    fn take(&self, len: usize) -> Option<zmq::Message> {
-        let mut g = self.inner.lock();
-        match g.frames.iter().rposition(|m| m.len() == len) {
-            Some(i) => {
-                g.bytes -= len;
-                Some(g.frames.remove(i))
-            }
-            None => {
-                if !g.wanted.contains(&len) {
-                    if g.wanted.len() == WANTED_SIZES {
-                        g.wanted.remove(0);
-                    }
-                    g.wanted.push(len);
-                }
-                None
-            }
-        }
-    }
-}
-
 struct Shared {
     my_id: AtomicI32,
     senders: Mutex<HashMap<i32, Arc<Sender>>>,
@@ -251,7 +166,6 @@ struct Shared {
     generation: AtomicU64,
     stop: AtomicBool,
     dropped: AtomicU64,
-    spares: Arc<Spares>,
     /// Set by the receive thread when it has returned.
     exited: Mutex<bool>,
     exited_cond: Condvar,
@@ -317,7 +231,6 @@ impl Van {
                 generation: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
-                spares: Arc::new(Spares::new(SPARE_BYTES)),
                 exited: Mutex::new(false),
                 exited_cond: Condvar::new(),
                 send_timeout,
@@ -459,9 +372,8 @@ impl Van {
     }
 
     /// As [`Van::send`], with data part `part` (which must exist; its
-    /// content is replaced) a copy of `src`, made into a spare frame of that
-    /// size when there is one: a large value goes out without a second copy
-    /// and without fresh memory.
+    /// content is replaced) a copy of `src`, made straight into the frame
+    /// that goes out (one copy).
     pub fn send_copying(&self, msg: Message, part: usize, src: &[u8]) -> Result<usize> {
         if part >= msg.data.len() {
             return Err(Error::new(format!(
@@ -470,11 +382,6 @@ impl Van {
             )));
         }
         self.send_with(msg, false, Some((part, src)))
-    }
-
-    /// How many spare frames the van holds (tests).
-    pub fn spare_frames(&self) -> usize {
-        self.shared.spares.inner.lock().frames.len()
     }
 
     /// As [`Van::send`], but gives up at once (error) where `send` would wait
@@ -553,15 +460,8 @@ impl Van {
         Ok(bytes)
     }
 
-    /// A frame holding a copy of `src`: a spare one when there is one of
-    /// that size.
+    /// A frame holding a copy of `src`.
     fn frame_of(&self, src: &[u8]) -> zmq::Message {
-        if src.len() >= RECYCLE_MIN {
-            if let Some(mut m) = self.shared.spares.take(src.len()) {
-                m.copy_from_slice(src);
-                return m;
-            }
-        }
         zmq::Message::from(src)
     }
 
@@ -607,7 +507,6 @@ impl Van {
         // the context ends (zmq_ctx_term) when its last socket is closed
         let context = self.shared.context.lock().take();
         drop(context);
-        *self.shared.spares.inner.lock() = SpareFrames::default();
     }
 
     /// Whether [`Van::stop`] was called.
@@ -782,21 +681,12 @@ fn read_monitor_event(sock: &zmq::Socket) -> Option<(u16, String)> {
     Some((u16::from_le_bytes([first[0], first[1]]), endpoint))
 }
 
-/// A received frame as the owner of a `Bytes` (no copy); a large one goes
-/// to the spares when dropped.
-struct Frame(Option<zmq::Message>, Arc<Spares>);
+/// A received frame as the owner of a `Bytes` (no copy).
+struct Frame(zmq::Message);
 
 impl AsRef<[u8]> for Frame {
     fn as_ref(&self) -> &[u8] {
-        self.0.as_deref().unwrap_or_default()
-    }
-}
-
-impl Drop for Frame {
-    fn drop(&mut self) {
-        if let Some(m) = self.0.take().filter(|m| m.len() >= RECYCLE_MIN) {
-            self.1.give(m);
-        }
+        &self.0
     }
 }
 
@@ -830,9 +720,7 @@ fn receive_one(van: &Van, router: &zmq::Socket) -> Received {
         ));
         return Received::Dropped;
     };
-    let data: Vec<Bytes> = frames
-        .map(|f| Bytes::from_owner(Frame(Some(f), van.shared.spares.clone())))
-        .collect();
+    let data: Vec<Bytes> = frames.map(|f| Bytes::from_owner(Frame(f))).collect();
     let mut msg = match Message::decode(&meta, data) {
         Ok(m) => m,
         Err(e) => {
@@ -922,92 +810,30 @@ mod tests {
         assert!(e.contains("the van was stopped"), "{e}");
     }
 
-    /// Spares beyond the cap push out the oldest; a frame larger than the
-    /// cap is not kept; a take finds the exact size.
+    /// A copied send carries the copied bytes in its part, whatever the
+    /// size; a missing part is an error, not a panic.
     #[test]
-    fn spares_keep_the_newest_within_their_cap() {
-        let s = Spares::new(10);
-        let frame = |n: usize, b: u8| {
-            let mut m = zmq::Message::with_size(n);
-            m.fill(b);
-            m
-        };
-        let bytes = || s.inner.lock().bytes;
-        s.give(frame(4, 0)); // no send wanted 4 bytes yet: not kept
-        assert_eq!(bytes(), 0);
-        for n in [4, 3, 11] {
-            assert!(s.take(n).is_none()); // a miss: now wanted
-        }
-        s.give(frame(4, 1));
-        s.give(frame(4, 2));
-        s.give(frame(11, 3));
-        s.give(frame(5, 9)); // never wanted
-        assert_eq!(bytes(), 8);
-        s.give(frame(3, 4)); // 11 > 10: the oldest 4 goes
-        assert_eq!(bytes(), 7);
-        assert_eq!(s.take(4).map(|m| m[0]), Some(2));
-        assert!(s.take(4).is_none());
-        assert_eq!(s.take(3).map(|m| m[0]), Some(4));
-        assert_eq!(bytes(), 0);
-        assert!(s.inner.lock().frames.is_empty());
-    }
-
-    /// A large received frame is kept once dropped and a copied send of
-    /// its size goes out in it; what arrives is the copied bytes.
-    #[test]
-    fn large_frames_are_reused_for_copied_sends() {
+    fn copied_sends_carry_the_copied_bytes() {
         let (a, arx) = van(9);
-        let (b, brx) = van(8);
+        let (b, _brx) = van(8);
         a.connect(8, "127.0.0.1", i32::from(b.port())).unwrap();
         b.connect(9, "127.0.0.1", i32::from(a.port())).unwrap();
-        let n = RECYCLE_MIN + 8;
         let wait = Duration::from_secs(20);
-        let big_from_a = |b0: usize| {
-            a.send(msg(
-                8,
-                vec![Bytes::from(vec![7u8; 8]), Bytes::from(pattern(n, b0))],
-            ))
-            .unwrap();
-            let got = brx.recv_timeout(wait).unwrap();
-            assert_eq!(got.data[1], pattern(n, b0));
-            got
-        };
-        // b has never sent a copied frame of this size: not kept
-        drop(big_from_a(0));
-        assert_eq!(b.spare_frames(), 0);
-        // now it has (there was no spare): frames of the size are kept
-        let first = pattern(n, 1);
-        let m = msg(9, vec![Bytes::from(vec![1u8; 8]), Bytes::new()]);
-        b.send_copying(m, 1, &first).unwrap();
-        assert_eq!(arx.recv_timeout(wait).unwrap().data[1], first);
-        let got = big_from_a(2);
-        assert_eq!(b.spare_frames(), 0, "kept while the message lives");
-        drop(got);
-        assert_eq!(b.spare_frames(), 1);
-        // a copied send of another size cannot use it
-        let other = pattern(n - 1, 3);
-        let m = msg(9, vec![Bytes::from(vec![1u8; 8]), Bytes::new()]);
-        b.send_copying(m, 1, &other).unwrap();
-        assert_eq!(b.spare_frames(), 1);
-        assert_eq!(arx.recv_timeout(wait).unwrap().data[1], other);
-        // one of its size does, and the bytes are the copied ones
-        let same = pattern(n, 5);
-        let m = msg(9, vec![Bytes::from(vec![1u8; 8]), Bytes::new()]);
-        b.send_copying(m, 1, &same).unwrap();
-        assert_eq!(b.spare_frames(), 0);
-        let back = arx.recv_timeout(wait).unwrap();
-        assert_eq!(back.data[0], vec![1u8; 8]);
-        assert_eq!(back.data[1], same);
-        // small frames are not kept; a missing part is an error, not a panic
+        for (n, b0) in [
+            (100, 1),
+            ((1 << 20) + 8, 2),
+            ((1 << 20) + 8, 3),
+            (5 << 20, 4),
+        ] {
+            let value = pattern(n, b0);
+            let m = msg(9, vec![Bytes::from(vec![1u8; 8]), Bytes::new()]);
+            b.send_copying(m, 1, &value).unwrap();
+            let back = arx.recv_timeout(wait).unwrap();
+            assert_eq!(back.data[0], vec![1u8; 8]);
+            assert_eq!(back.data[1], value);
+        }
         let m = msg(9, vec![Bytes::from(vec![1u8; 8])]);
-        assert!(b.send_copying(m, 1, &same).is_err());
-        a.send(msg(
-            8,
-            vec![Bytes::from(vec![2u8; 8]), Bytes::from(vec![3u8; 100])],
-        ))
-        .unwrap();
-        drop(brx.recv_timeout(wait).unwrap());
-        assert_eq!(b.spare_frames(), 0);
+        assert!(b.send_copying(m, 1, &[1, 2, 3]).is_err());
         a.stop(Duration::from_secs(5));
         b.stop(Duration::from_secs(5));
     }
