@@ -412,7 +412,7 @@ impl Van {
         let mut bytes = meta.len();
         let nparts = msg.data.len();
         // the copy is made before the socket is taken (another sender may use it)
-        let mut copied = copied.map(|(i, src)| (i, self.frame_of(src)));
+        let mut copied = copied.map(|(i, src)| (i, zmq::Message::from(src)));
         let mut sock = if nowait {
             sender
                 .sock
@@ -458,11 +458,6 @@ impl Van {
             sock.send(frame, flags).map_err(timeout)?;
         }
         Ok(bytes)
-    }
-
-    /// A frame holding a copy of `src`.
-    fn frame_of(&self, src: &[u8]) -> zmq::Message {
-        zmq::Message::from(src)
     }
 
     /// Stops the receive thread and closes every socket. Waits for the thread

@@ -258,10 +258,8 @@ impl Buffer {
     /// by then, and else goes to other memory, so what was sent never
     /// changes. `None`: copy the bytes instead.
     pub fn share(&mut self) -> Option<bytes::Bytes> {
-        match &self.storage {
-            Storage::Frame(b) => return Some(b.clone()),
-            Storage::Lent(a) => return Some(bytes::Bytes::from_owner(LentBytes(a.clone()))),
-            Storage::Heap { .. } | Storage::Mapped(_) => {}
+        if let Some(b) = self.shared_bytes() {
+            return Some(b);
         }
         if self.pinned || self.nbytes < SHARE_MIN {
             return None;
@@ -302,12 +300,19 @@ impl Buffer {
         if self.take_back() {
             return;
         }
-        let shared = match &self.storage {
-            Storage::Frame(b) => b.clone(),
-            Storage::Lent(a) => bytes::Bytes::from_owner(LentBytes(a.clone())),
-            Storage::Heap { .. } | Storage::Mapped(_) => return,
-        };
-        kernels::copy_bytes(&shared, self.overwrite());
+        if let Some(shared) = self.shared_bytes() {
+            kernels::copy_bytes(&shared, self.overwrite());
+        }
+    }
+
+    /// A shared buffer's bytes (an adopted frame, or the lent storage) as
+    /// `Bytes`, without a copy; None for storage of its own.
+    fn shared_bytes(&self) -> Option<bytes::Bytes> {
+        match &self.storage {
+            Storage::Frame(b) => Some(b.clone()),
+            Storage::Lent(a) => Some(bytes::Bytes::from_owner(LentBytes(a.clone()))),
+            Storage::Heap { .. } | Storage::Mapped(_) => None,
+        }
     }
 
     /// Takes a lent buffer back when nobody else holds it (true); false when
