@@ -55,7 +55,7 @@ bench-smoke: build venv-ref $(BENCH_BIN)
 # --- distributed store (issue 10, item 5) ---------------------------------------------------
 #   make bench-dist        MXNet 1.9.1 and libmxkv dist_sync clusters (1+1, 2+2) on 127.0.0.1,
 #                          started with bindings/python/mxkv_launch.py, beside the loopback TCP
-#                          limit and a libzmq echo (examples/zmq_echo.rs) measured in the same
+#                          limit and libzmq echoes (examples/zmq_echo.rs) measured in the same
 #                          run (~3 min): bench/results/<date>-dist.
 #                          {csv,md,png}; prints the Markdown; exits 1 if a pulled value was
 #                          wrong or a job failed. libmxkv's rows are n/a (with the reason)

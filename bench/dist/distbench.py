@@ -216,11 +216,18 @@ ZMQ_ECHO_TUNABLES = ("glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.mall
 
 
 def zmq_limit(args, out, when):
-    """The value echoed over libzmq DEALER/ROUTER between two processes (examples/zmq_echo.rs,
-    built by `make bench-dist`): what the transport the protocol prescribes does alone."""
+    """libzmq alone, DEALER to ROUTER between two processes (examples/zmq_echo.rs, built by
+    `make bench-dist`): the value echoed back (GB/s), and a 2-byte message echoed back (the
+    transport's round trip, µs): what the transport the protocol prescribes does alone."""
+    zmq_echo(args, out, when, "zmq_echo", args.lb_size, args.lb_reps)
+    zmq_echo(args, out, when, "zmq_ping", 2, args.ping_iters)
+
+
+def zmq_echo(args, out, when, figure, size, reps):
     var = "pairs=1 %s" % when
+    per_op = size if figure == "zmq_echo" else 0
     if not os.path.exists(ZMQ_ECHO):
-        out.row("limit_zmq_echo", var, args.lb_size, "machine", [], args.lb_size, "FAIL",
+        out.row("limit_" + figure, var, size, "machine", [], per_op, "FAIL",
                 "%s not built (cargo build --release --example zmq_echo)" % ZMQ_ECHO)
         return
     env = dict(os.environ, GLIBC_TUNABLES=ZMQ_ECHO_TUNABLES)
@@ -228,23 +235,28 @@ def zmq_limit(args, out, when):
                               universal_newlines=True)
     try:
         port = server.stdout.readline().strip()
-        r = subprocess.run([ZMQ_ECHO, "client", port, str(args.lb_size), str(args.lb_reps),
-                            "2"], stdout=subprocess.PIPE, env=env, universal_newlines=True,
+        warmup = 2 if per_op else 20
+        r = subprocess.run([ZMQ_ECHO, "client", port, str(size), str(reps), str(warmup)],
+                           stdout=subprocess.PIPE, env=env, universal_newlines=True,
                            timeout=120, check=True)
         res = json.loads(r.stdout)
         server.wait(timeout=30)
     except (subprocess.SubprocessError, ValueError) as e:
-        out.row("limit_zmq_echo", var, args.lb_size, "machine", [], args.lb_size, "FAIL", str(e))
+        out.row("limit_" + figure, var, size, "machine", [], per_op, "FAIL", str(e))
         return
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
-    out.keep(dict(res, job="zmq_echo", when=when))
+    out.keep(dict(res, job=figure, when=when))
     t = res["times"]
-    out.row("limit_zmq_echo", var, res["size"], "machine", t, res["bytes_per_op"], "ok")
-    log("  libzmq echo        %-14s best %.3f GB/s, median %.3f GB/s" % (
-        var, res["size"] / min(t) / 1e9, res["size"] / statistics.median(t) / 1e9))
+    out.row("limit_" + figure, var, size, "machine", t, per_op, "ok")
+    if per_op:
+        shown = "best %.3f GB/s, median %.3f GB/s" % (size / min(t) / 1e9,
+                                                    size / statistics.median(t) / 1e9)
+    else:
+        shown = "median %.1f us" % (statistics.median(t) * 1e6)
+    log("  libzmq %-11s %-14s %s" % (figure[4:], var, shown))
 
 
 def main():

@@ -163,7 +163,10 @@ def markdown(rows, data, meta, got, used, args):
              ("ping", 1, "1 byte there and back, TCP_NODELAY"),
              ("zmq_echo", 1, "%s sent and echoed back over libzmq DEALER/ROUTER, the transport "
               "the protocol prescribes (two Rust processes, `examples/zmq_echo.rs`, with "
-              "glibc keeping freed memory): for comparison, not a limit used"))
+              "glibc keeping freed memory): for comparison, not a limit used"),
+             ("zmq_ping", 1, "2 bytes there and back over libzmq DEALER/ROUTER, the same "
+              "two processes: the transport's own round trip, for comparison, not a limit "
+              "used"))
     for fig, pairs, desc in descs:
         d = got.get((fig, pairs))
         if not d:
@@ -175,7 +178,7 @@ def markdown(rows, data, meta, got, used, args):
             r = d.get(when)
             if r is None:
                 cells.append("—")
-            elif fig == "ping":
+            elif fig in ("ping", "zmq_ping"):
                 cells.append("%s µs [%s]" % (fmt(fnum(r["median"]) * 1e6),
                                              fmt(fnum(r["min"]) * 1e6)))
             else:
@@ -184,7 +187,7 @@ def markdown(rows, data, meta, got, used, args):
                                                fmt(b / fnum(r["min"]) / 1e9)))
         lim = used[(fig, pairs)]
         L.append("| %s | %s | %s | %s |" % (
-            desc, cells[0], cells[1], "—" if fig == "zmq_echo" else "%s %s" % (
+            desc, cells[0], cells[1], "—" if fig.startswith("zmq_") else "%s %s" % (
                 fmt(lim), "µs" if fig == "ping" else "GB/s")))
     L.append("")
     L.append("## Results (per worker; medians, [min–max] over every timed operation of every "
@@ -287,6 +290,12 @@ def markdown(rows, data, meta, got, used, args):
         "(on a `local` store a 1-element push + pull + `wait_to_read` from Python costs "
         "≈ 75 µs in the local benchmark), so a 1-element push + pull costs hundreds of µs "
         "though the loopback round trip is tens.")
+    L.append(
+        "- A pull is sent only once the same worker's push of that key has been answered "
+        "(in MXNet the engine orders them; libmxkv's worker waits the same way, since a "
+        "pull sent earlier would read the value from before the round): a 1-element push + "
+        "pull is two round trips one after the other, each at least the libzmq round trip "
+        "measured above (2 bytes there and back).")
     L.append("")
     return "\n".join(L)
 
