@@ -1,6 +1,7 @@
 """KVStore over libmxkv (the API of ``mxnet.kvstore.KVStore`` 1.9.1)."""
 import ctypes
 import os
+import threading
 import weakref
 
 from ..base import (_LIB, c_str, check_call, last_error, mx_uint, py_str, KVStoreHandle,
@@ -70,6 +71,12 @@ def _one_key(key):
     return ent
 
 
+class _PerThread(threading.local):
+    """One store's per-thread state: the first exception an updater raised on this
+    thread during the current call (updaters run on the thread that pushes)."""
+    error = None
+
+
 def _keys_text(keys):
     uniq = []
     for k in keys:
@@ -94,9 +101,15 @@ class KVStore(KVStoreBase):
             raise MXKVUsageError('KVStore needs a KVStoreHandle')
         self.handle = handle
         self._updater = None
-        self._updater_func = None
-        self._str_updater_func = None
-        self._updater_error = None
+        # Every callback pair ever given to the library, kept as long as this object: a
+        # push in flight on another thread keeps calling the updater it took when it
+        # started, after _set_updater replaced it or close() freed the store (and holds
+        # a reference to this object while it runs).
+        self._updater_funcs = []
+        self._tls = _PerThread()
+        # set (by the thread concerned, before its call returns) once an updater has
+        # raised: until then the fast paths skip the per-thread look-up
+        self._had_error = False
         self._is_p3 = (os.getenv('DMLC_PS_VAN_TYPE', '') == 'p3')
 
     # --- lifetime ----------------------------------------------------------------
@@ -105,8 +118,6 @@ class KVStore(KVStoreBase):
         hdl, self.handle = getattr(self, 'handle', None), None
         if hdl is not None and hdl.value:
             check_call(_LIB.MXKVStoreFree(hdl))
-        self._updater_func = None
-        self._str_updater_func = None
 
     def __del__(self):
         try:
@@ -128,8 +139,9 @@ class KVStore(KVStoreBase):
 
     def _check(self, ret, op, keys):
         """Raise the library's error, naming the operation and keys; then any exception
-        an updater raised during the call."""
-        err, self._updater_error = self._updater_error, None
+        an updater raised on this thread during the call."""
+        tls = self._tls
+        err, tls.error = tls.error, None
         if ret != 0:
             exc = last_error()
             msg = str(exc)
@@ -159,7 +171,7 @@ class KVStore(KVStoreBase):
                 ent = _KEY_CACHE.get(key) or _one_key(key)
                 if ent is not None:
                     ret = _PUSH[ent[1]](hdl, 1, ent[0], _byref(vh), priority)
-                    if ret or self._updater_error is not None:
+                    if ret or (self._had_error and self._tls.error is not None):
                         self._check(ret, 'push', [key])
                     return
         ckeys, cvals, use_str, flat = _ctype_key_value(key, value, 'push')
@@ -178,7 +190,7 @@ class KVStore(KVStoreBase):
                 if ent is not None:
                     ret = _PULL[ent[1]](hdl, 1, ent[0], _byref(oh), priority,
                                         _TRUE if ignore_sparse else _FALSE)
-                    if ret or self._updater_error is not None:
+                    if ret or (self._had_error and self._tls.error is not None):
                         self._check(ret, 'pull', [key])
                     return
         if out is None:
@@ -203,7 +215,7 @@ class KVStore(KVStoreBase):
                     ck = ent[0]
                     ret = _PUSHPULL[ent[1]](hdl, 1, ck, 1, ck, _byref(vh), _byref(oh),
                                             priority)
-                    if ret or self._updater_error is not None:
+                    if ret or (self._had_error and self._tls.error is not None):
                         self._check(ret, 'pushpull', [key, key])
                     return
         cvkeys, cvals, use_str, flat = _ctype_key_value(key, value, 'pushpull')
@@ -325,8 +337,11 @@ class KVStore(KVStoreBase):
 
         Int-keyed stores pass the int key, str-keyed stores pass the key as bytes
         (as MXNet does).  An exception raised by the updater is re-raised by the
-        push/pushpull call that triggered it.
+        push/pushpull call that triggered it, on the thread that made that call.
+        Every updater installed stays referenced until this object is collected (a
+        push in flight on another thread may still call a replaced one).
         """
+        hdl = self._h('_set_updater')
         self._updater = updater
         selfref = weakref.ref(self)
 
@@ -337,15 +352,17 @@ class KVStore(KVStoreBase):
             try:
                 updater(key, recv, local)
             except BaseException as err:  # pylint: disable=broad-except
-                if store is not None and store._updater_error is None:
-                    store._updater_error = err
+                if store is not None:
+                    tls = store._tls
+                    if tls.error is None:
+                        tls.error = err
+                    store._had_error = True
             # recv/local free their handles when the last reference goes (at once,
             # unless the updater kept them)
 
-        self._updater_func = UPDATER(call)
-        self._str_updater_func = STR_UPDATER(call)
-        check_call(_LIB.MXKVStoreSetUpdaterEx(self._h('_set_updater'), self._updater_func,
-                                              self._str_updater_func, None))
+        funcs = (UPDATER(call), STR_UPDATER(call))
+        self._updater_funcs.append(funcs)   # never dropped: see __init__
+        check_call(_LIB.MXKVStoreSetUpdaterEx(hdl, funcs[0], funcs[1], None))
 
     set_updater = _set_updater  # name used by the tutorial text and MXNet <= 1.0
 
