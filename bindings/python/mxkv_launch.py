@@ -39,8 +39,11 @@ What differs from MXNet's launcher, on purpose:
   (else they are stopped and the exit status is 1). Each node runs in its own
   process group and is ended by its process id, never by name; processes a
   node leaves behind in its group are killed when the job ends. Exit 0 means
-  every node exited 0. If the launcher's own output goes away (a closed
-  pipe), the nodes' lines are dropped and the job goes on.
+  every node exited 0. On Linux, if the launcher itself dies without
+  stopping the job (SIGKILL, a crash), every node gets SIGKILL from the kernel
+  (a parent-death signal); processes a node started itself are not reached.
+  If the launcher's own output goes away (a closed pipe), the nodes' lines
+  are dropped and the job goes on.
 * ``--dry-run`` prints, for each node, the variables the launcher would set
   (one block per node of shell-quoted ``K=V`` lines, one line each: values
   with control characters use bash's ``$'...'``; ``set -a; . file`` exports
@@ -86,6 +89,7 @@ EXIT_STRAGGLER = 1          # scheduler/servers did not exit after the workers
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 GIVE_UP_AFTER_KILL = 10.0   # seconds to wait for a node after SIGKILL (stuck in the kernel)
+PR_SET_PDEATHSIG = 1        # <linux/prctl.h>
 
 
 class UsageError(Exception):
@@ -424,6 +428,33 @@ def _killpg(pgid, sig):
         pass
 
 
+def _parent_death_preexec(sig=signal.SIGKILL):
+    """On Linux, a preexec_fn that makes the kernel send `sig` to the child when the
+    thread that forked it (the one running the job) ends, the launcher being killed
+    included; None elsewhere or when prctl cannot be found.
+
+    Everything is looked up before the fork: between fork and exec the child only calls
+    prctl and getppid. If the launcher died before prctl took effect, the child was
+    already given to another parent and exits at once instead of running its command."""
+    if not sys.platform.startswith('linux'):
+        return None
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent, signum, getppid, exit_now = os.getpid(), int(sig), os.getppid, os._exit
+
+    def preexec():
+        if prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0 and getppid() != parent:
+            exit_now(128 + signum)      # the launcher is already gone
+
+    return preexec
+
+
 def _resolve(command):
     # dmlc-core's local launcher runs a bare name that is a file here as ./name
     if '/' not in command[0] and os.path.isfile(command[0]):
@@ -449,6 +480,7 @@ class Job(object):
         self.kill_at = None
         self.killed = False
         self.give_up_at = None
+        self.preexec = _parent_death_preexec()
 
     # -- events
     def _on_signal(self, signum, _frame):
@@ -469,10 +501,12 @@ class Job(object):
         return env
 
     def _start(self, node):
+        # every node is forked by the thread of run(), which outlives them all: the
+        # parent-death signal (self.preexec) is tied to that thread
         node.proc = subprocess.Popen(
             self.command, env=self._env(node), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            close_fds=True)
+            close_fds=True, preexec_fn=self.preexec)
         prefix = ('[%s] ' % node.label).encode()
         for pipe, err in ((node.proc.stdout, False), (node.proc.stderr, True)):
             t = threading.Thread(target=_pump, args=(pipe, prefix, self.out, err),

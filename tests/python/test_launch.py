@@ -438,6 +438,71 @@ def test_signal_to_launcher_tears_down(node, tmp_path, sig, code):
         kill_leftovers(ready_infos(str(tmp_path)), tag)
 
 
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='parent-death signal: Linux')
+def test_sigkill_to_launcher_ends_every_node(node, tmp_path):
+    # the launcher cannot clean up after SIGKILL: the kernel's parent-death signal must
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen([PY, LAUNCH, '-n', '2', '-s', '2']
+                            + _hang_args(tmp_path, tag, ['--env', 'T_STUBBORN=1'])
+                            + [PY, node], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: len(ready_infos(str(tmp_path))) == 5, 30, 'every node to be ready')
+        infos = ready_infos(str(tmp_path))
+        assert sorted(infos) == names(2, 2)
+        proc.kill()
+        proc.wait(10)
+        # each node (checked by pid and start time) ends, although nobody stops it
+        end = time.monotonic() + 20
+        while True:
+            left = [n for n, i in sorted(infos.items()) if alive(i['pid'], i['start'])]
+            if not left or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        assert left == [], 'still running 20 s after the launcher was SIGKILLed'
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        # processes the nodes started themselves are out of reach (documented)
+        kill_leftovers(ready_infos(str(tmp_path)), tag)
+
+
+ORPHAN = r'''
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import mxkv_launch
+preexec = mxkv_launch._parent_death_preexec()
+parent = os.getpid()
+pid = os.fork()
+if pid == 0:
+    # a node whose launcher dies between fork and prctl: wait to be reparented, then run
+    # the launcher's preexec_fn as the fork would have
+    end = time.monotonic() + 20
+    while os.getppid() == parent and time.monotonic() < end:
+        time.sleep(0.01)
+    open(os.path.join(sys.argv[2], 'orphaned'), 'w').close()
+    preexec()
+    open(os.path.join(sys.argv[2], 'ran the command'), 'w').close()
+    os._exit(0)
+print(pid, flush=True)
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='parent-death signal: Linux')
+def test_node_whose_launcher_died_before_prctl_does_not_run(tmp_path):
+    r = subprocess.run([PY, '-c', ORPHAN, BINDINGS, str(tmp_path)], stdout=subprocess.PIPE,
+                       timeout=30)
+    assert r.returncode == 0
+    pid = int(r.stdout)
+    try:
+        wait_for(lambda: gone(pid), 30, 'the orphaned child to end')
+        assert sorted(os.listdir(str(tmp_path))) == ['orphaned']
+    finally:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_timeout_kills_everything(node, tmp_path):
     tag = uuid.uuid4().hex
     try:
