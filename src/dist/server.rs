@@ -692,6 +692,17 @@ impl KvServer {
             "key {master} is a dense key on this server; a row_sparse pull of it was refused"
         );
         let total = e.stored.shape().dims()[0];
+        // A worker may name a row twice (MXNet's PullRowSparseImpl does not
+        // deduplicate), but never more rows than the table has: a longer
+        // list would make a reply larger than the stored value (one request
+        // of 800 KB naming row 0 of 1 MB rows 100,000 times asked for 100 GB).
+        if rows.len() as i64 > total {
+            return Err(Error::usage(format!(
+                "key {master}: a row_sparse pull of {} rows from a table of {total} rows on server {} was refused (the reply would exceed the stored value)",
+                rows.len(),
+                self.cfg.rank
+            )));
+        }
         if let Some(r) = rows.iter().find(|&&r| !(0..total).contains(&r)) {
             bail!(
                 "key {master}: row {r} is out of range [0, {total}) on server {}",
@@ -1301,6 +1312,50 @@ mod tests {
         // the server still serves
         handle(&mut s, &out, req(0, 11, 0, false, true, &[1], &[], &[]));
         assert_eq!(f32s(&out.take()[0]), vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn a_row_sparse_pull_of_more_rows_than_the_table_is_refused() {
+        let (mut s, out) = (server(1, true), Rec::default());
+        // key 9: a table of 2 rows of 2 float32 values
+        let rows: Vec<u8> = bytemuck::cast_slice(&[1f32, 2.0, 3.0, 4.0]).to_vec();
+        handle(
+            &mut s,
+            &out,
+            req(0, 0, 1, true, false, &[9, 9, 10], &rows, &[0, 8, 8]),
+        );
+        assert!(reply_error(&out.take()[0]).is_none());
+        // duplicates within the table's row count are served (MXNet's workers
+        // may send them)
+        handle(
+            &mut s,
+            &out,
+            req(0, 1, 1, false, true, &[9, 10, 10], &[], &[]),
+        );
+        let r = out.take();
+        assert!(reply_error(&r[0]).is_none());
+        assert_eq!(f32s(&r[0]), vec![3.0, 4.0, 3.0, 4.0]);
+        // three rows of a 2-row table: refused before anything is gathered
+        // (100,000 copies of a 1 MB row aborted the server)
+        handle(
+            &mut s,
+            &out,
+            req(0, 2, 1, false, true, &[9, 9, 9, 9], &[], &[]),
+        );
+        let r = out.take();
+        let e = reply_error(&r[0]).expect("an error reply");
+        assert_eq!(
+            e.message(),
+            "key 9: a row_sparse pull of 3 rows from a table of 2 rows on server 0 was refused (the reply would exceed the stored value)"
+        );
+        assert!(r[0].data.is_empty());
+        // the server still serves
+        handle(
+            &mut s,
+            &out,
+            req(0, 3, 1, false, true, &[9, 9, 10], &[], &[]),
+        );
+        assert_eq!(f32s(&out.take()[0]), vec![1.0, 2.0, 3.0, 4.0]);
     }
 
     #[test]
