@@ -63,6 +63,15 @@ pub fn peer_name(id: i32) -> String {
     }
 }
 
+/// [`peer_name`], or "a peer without a ps<id> identity" for `EMPTY`.
+pub fn sender_name(id: i32) -> String {
+    if id == EMPTY {
+        "a peer without a ps<id> identity".into()
+    } else {
+        peer_name(id)
+    }
+}
+
 /// Members of `group` (a group bit set 1..7, or a single node id ≥ 8), in
 /// ps-lite's order: workers by rank, servers by rank, the scheduler.
 pub fn group_members(group: i32, num_worker: usize, num_server: usize) -> Vec<i32> {
@@ -108,6 +117,10 @@ pub(crate) struct State {
     pub nodes: Vec<Node>,
     /// Incremented on every barrier release.
     pub barrier_generation: u64,
+    /// The group of the barrier this node is in (one at a time: a second
+    /// barrier of the node waits for the first, else one release would let
+    /// both out, each counted at the scheduler as a different node's).
+    pub barrier_busy: Option<i32>,
     /// Peers whose connection broke, since when.
     pub suspects: HashMap<i32, Instant>,
     /// Peers known lost, with the error to report.
@@ -209,6 +222,7 @@ impl Postoffice {
                 ready: false,
                 nodes: Vec::new(),
                 barrier_generation: 0,
+                barrier_busy: None,
                 suspects: HashMap::new(),
                 lost: HashMap::new(),
                 heartbeats: HashMap::new(),
@@ -460,7 +474,7 @@ impl Postoffice {
         self.barrier_until(
             customer_id,
             group,
-            Some(Instant::now() + self.config.timeout),
+            Instant::now().checked_add(self.config.timeout),
         )
     }
 
@@ -469,6 +483,43 @@ impl Postoffice {
     /// out a training run).
     pub fn barrier_until_released(&self, customer_id: i32, group: i32) -> Result<()> {
         self.barrier_until(customer_id, group, None)
+    }
+
+    /// Waits until no other barrier of this node is in progress (another
+    /// thread's), within `deadline`, then marks this one in progress; the
+    /// release generation it starts from.
+    fn enter_barrier(&self, group: i32, deadline: Option<Instant>) -> Result<u64> {
+        let mut st = self.state.lock();
+        while let Some(earlier) = st.barrier_busy {
+            if let Some(e) = &st.fatal {
+                return Err(e.clone());
+            }
+            if st.stopped {
+                return Err(Error::new(format!(
+                    "barrier on group {group} ({}): the node has stopped",
+                    group_name(group)
+                )));
+            }
+            let timed_out = match deadline {
+                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
+                None => {
+                    self.cond.wait_for(&mut st, Duration::from_millis(200));
+                    false
+                }
+            };
+            if timed_out && st.barrier_busy.is_some() {
+                return Err(Error::timeout(format!(
+                    "{} rank {}: barrier on group {group} ({}) timed out after {:.1} s waiting for this node's barrier on group {earlier} ({}) to end (another thread's: a node passes one barrier at a time)",
+                    self.role(),
+                    self.my_rank(),
+                    group_name(group),
+                    self.config.timeout.as_secs_f64(),
+                    group_name(earlier)
+                )));
+            }
+        }
+        st.barrier_busy = Some(group);
+        Ok(st.barrier_generation)
     }
 
     fn barrier_until(&self, customer_id: i32, group: i32, deadline: Option<Instant>) -> Result<()> {
@@ -488,7 +539,17 @@ impl Postoffice {
                 peer_name(me)
             )));
         }
-        let generation = self.state.lock().barrier_generation;
+        let generation = self.enter_barrier(group, deadline)?;
+        // Leaves the barrier on every way out, and wakes a barrier of
+        // another thread of this node waiting for its turn.
+        struct Leave<'a>(&'a Postoffice);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.state.lock().barrier_busy = None;
+                self.0.cond.notify_all();
+            }
+        }
+        let _leave = Leave(self);
         let mut ctl = Control::new(Command::Barrier);
         ctl.barrier_group = group;
         self.send_control(1, ctl, true, 0, customer_id)?;
@@ -710,6 +771,13 @@ impl Postoffice {
                     } else {
                         van.drop_message("a barrier request (this node is not the scheduler)");
                     }
+                } else if msg.sender != 1 {
+                    // Only the scheduler releases barriers (a release from
+                    // anyone else would let this node out early).
+                    van.drop_message(&format!(
+                        "a barrier release from {} (only the scheduler releases barriers)",
+                        sender_name(msg.sender)
+                    ));
                 } else {
                     let mut st = self.state.lock();
                     st.barrier_generation += 1;
@@ -1028,4 +1096,135 @@ pub fn signature(msg: &Message) -> u64 {
     let recver = (msg.recver as u32 as u64 & 0xFF) << 32;
     let ts = (msg.timestamp as u32 as u64) << 1;
     app | sender | recver | ts | u64::from(msg.request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    use std::thread::JoinHandle;
+
+    const T: Duration = Duration::from_secs(15);
+
+    /// A started cluster: the scheduler's postoffice (its thread runs the
+    /// start-up and final barriers), the servers', the workers' (by rank).
+    struct Cluster {
+        sched: Arc<Postoffice>,
+        sched_thread: JoinHandle<Result<()>>,
+        servers: Vec<Arc<Postoffice>>,
+        workers: Vec<Arc<Postoffice>>,
+    }
+
+    fn cluster(nw: usize, ns: usize) -> Cluster {
+        let sched = Postoffice::bind(Config::local(Role::Scheduler, 0, nw, ns, T)).unwrap();
+        let port = sched.port();
+        let s = sched.clone();
+        let sched_thread = std::thread::spawn(move || {
+            s.wait_ready()?;
+            s.barrier(0, ALL_GROUP)?;
+            s.finalize(true)
+        });
+        let starts: Vec<JoinHandle<Result<Arc<Postoffice>>>> = (0..nw)
+            .map(|_| Role::Worker)
+            .chain((0..ns).map(|_| Role::Server))
+            .map(|role| {
+                std::thread::spawn(move || Postoffice::start(Config::local(role, port, nw, ns, T)))
+            })
+            .collect();
+        let mut nodes: Vec<Arc<Postoffice>> =
+            starts.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        nodes.sort_by_key(|po| po.my_id());
+        let (servers, workers) = nodes.into_iter().partition(|po| po.role() == Role::Server);
+        Cluster {
+            sched,
+            sched_thread,
+            servers,
+            workers,
+        }
+    }
+
+    impl Cluster {
+        /// Every node's final barrier; all must pass.
+        fn finish(self) {
+            let ends: Vec<JoinHandle<Result<()>>> = self
+                .servers
+                .into_iter()
+                .chain(self.workers)
+                .map(|po| std::thread::spawn(move || po.finalize(true)))
+                .collect();
+            for h in ends {
+                h.join().unwrap().unwrap();
+            }
+            self.sched_thread.join().unwrap().unwrap();
+            drop(self.sched);
+        }
+    }
+
+    /// Waits (at most `T`) until `f` holds.
+    fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + T;
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A DEALER without a ps<id> identity (or with `identity`) connected to `port`.
+    fn foreign(port: u16, identity: Option<&str>) -> (zmq::Context, zmq::Socket) {
+        let ctx = zmq::Context::new();
+        let d = ctx.socket(zmq::DEALER).unwrap();
+        d.set_linger(0).unwrap();
+        if let Some(id) = identity {
+            d.set_identity(id.as_bytes()).unwrap();
+        }
+        d.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        (ctx, d)
+    }
+
+    fn barrier_msg(group: i32, request: bool) -> Vec<u8> {
+        let mut ctl = Control::new(Command::Barrier);
+        ctl.barrier_group = group;
+        control_message(EMPTY, ctl, request, 0, 0, 77).encode_meta()
+    }
+
+    /// Two threads of one worker in a barrier on the workers: neither may
+    /// pass before the other worker arrives, and each is one barrier (the
+    /// other worker's two barriers release them, one each).
+    #[test]
+    fn dist_barrier_threads_of_one_node_are_serialised() {
+        let c = cluster(2, 1);
+        let (w0, w1) = (c.workers[0].clone(), c.workers[1].clone());
+        let arrived = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<(Result<()>, bool)>();
+        let threads: Vec<JoinHandle<()>> = (0..2)
+            .map(|_| {
+                let (w0, arrived, tx) = (w0.clone(), arrived.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let r = w0.barrier(0, WORKER_GROUP);
+                    tx.send((r, arrived.load(Ordering::SeqCst))).unwrap();
+                })
+            })
+            .collect();
+        // Worker 1 arrives once a thread of worker 0 returned (the bug) or
+        // after a while (a window for the bug to show; the fixed code does
+        // not depend on it).
+        let early = rx.recv_timeout(Duration::from_millis(1500)).ok();
+        arrived.store(true, Ordering::SeqCst);
+        let b1 = w1.barrier(0, WORKER_GROUP);
+        let b2 = w1.barrier(0, WORKER_GROUP);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut results: Vec<(Result<()>, bool)> = early.into_iter().collect();
+        results.extend(rx.try_iter());
+        assert_eq!(results.len(), 2);
+        for (r, after) in &results {
+            assert!(r.is_ok(), "{r:?}");
+            assert!(after, "a barrier of worker 0 passed before worker 1 arrived");
+        }
+        b1.unwrap();
+        b2.unwrap();
+        c.finish();
+    }
 }
