@@ -39,9 +39,11 @@ What differs from MXNet's launcher, on purpose:
   (else they are stopped and the exit status is 1). Each node runs in its own
   process group and is ended by its process id, never by name; processes a
   node leaves behind in its group are killed when the job ends. Exit 0 means
-  every node exited 0. On Linux, if the launcher itself dies without
-  stopping the job (SIGKILL, a crash), every node gets SIGKILL from the kernel
-  (a parent-death signal); processes a node started itself are not reached.
+  every node exited 0. If the launcher itself dies without stopping the job
+  (SIGKILL, a crash), every node gets SIGKILL from the kernel on Linux (a
+  parent-death signal), and a small watchdog process the launcher started
+  (``python -I -S -c ...``, in its own session) sends SIGTERM, then SIGKILL
+  after ``--grace`` seconds, to the nodes' process groups.
   If the launcher's own output goes away (a closed pipe), the nodes' lines
   are dropped and the job goes on.
 * ``--dry-run`` prints, for each node, the variables the launcher would set
@@ -455,6 +457,92 @@ def _parent_death_preexec(sig=signal.SIGKILL):
     return preexec
 
 
+# The watchdog: reads "+PGID" (a node's group), "-PGID" (that group is gone) and "done"
+# lines from the launcher on stdin. At end of file without "done" (the launcher died), it
+# stops the groups left: SIGTERM, then SIGKILL after GRACE seconds (argv[1]).
+_WATCHDOG = r'''
+import os, signal, sys, time
+grace = float(sys.argv[1])
+groups, done, buf = set(), False, b''
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    *lines, buf = (buf + chunk).split(b'\n')
+    for line in lines:
+        if line == b'done':
+            done = True
+        elif line[:1] == b'+':
+            groups.add(int(line[1:]))
+        elif line[:1] == b'-':
+            groups.discard(int(line[1:]))
+
+def signal_all(sig):
+    for g in sorted(groups):
+        try:
+            os.killpg(g, sig)
+        except OSError:
+            groups.discard(g)
+
+if not done:
+    signal_all(signal.SIGTERM)
+    end = time.monotonic() + grace
+    while groups and time.monotonic() < end:
+        time.sleep(0.05)
+        signal_all(0)
+    signal_all(signal.SIGKILL)
+'''
+
+
+class _Watchdog(object):
+    """Stops the nodes' process groups if the launcher dies without doing it (best effort:
+    without it, a launcher that cannot start Python jobs still works)."""
+
+    def __init__(self, grace):
+        self.proc = self.fd = None
+        if not sys.executable:
+            return
+        r, w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, '-I', '-S', '-c', _WATCHDOG, repr(float(grace))], stdin=r,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                close_fds=True)
+        except OSError:
+            os.close(w)
+            return
+        finally:
+            os.close(r)
+        self.fd = w
+
+    def _send(self, text):
+        if self.fd is not None:
+            try:
+                os.write(self.fd, text.encode())
+            except OSError:       # the watchdog is gone: nothing to tell
+                pass
+
+    def add(self, pgid):
+        self._send('+%d\n' % pgid)
+
+    def forget(self, pgid):
+        self._send('-%d\n' % pgid)
+
+    def close(self, done):
+        """done: the job has ended and every group was taken care of; else (the launcher
+        is failing) the watchdog stops whatever is left."""
+        if done:
+            self._send('done\n')
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if done and self.proc is not None:
+            try:
+                self.proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
+
+
 def _resolve(command):
     # dmlc-core's local launcher runs a bare name that is a file here as ./name
     if '/' not in command[0] and os.path.isfile(command[0]):
@@ -481,6 +569,7 @@ class Job(object):
         self.killed = False
         self.give_up_at = None
         self.preexec = _parent_death_preexec()
+        self.watchdog = None
 
     # -- events
     def _on_signal(self, signum, _frame):
@@ -507,6 +596,8 @@ class Job(object):
             self.command, env=self._env(node), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             close_fds=True, preexec_fn=self.preexec)
+        if self.watchdog is not None:
+            self.watchdog.add(node.proc.pid)
         prefix = ('[%s] ' % node.label).encode()
         for pipe, err in ((node.proc.stdout, False), (node.proc.stderr, True)):
             t = threading.Thread(target=_pump, args=(pipe, prefix, self.out, err),
@@ -551,9 +642,14 @@ class Job(object):
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 old[s] = signal.signal(s, self._on_signal)
+        self.watchdog = _Watchdog(self.args.grace)
+        done = False
         try:
-            return self._run()
+            result = self._run()
+            done = True
+            return result
         finally:
+            self.watchdog.close(done)
             for s, h in old.items():
                 signal.signal(s, h)
 
@@ -584,6 +680,8 @@ class Job(object):
             if kind == 'exit':
                 node = what
                 node.returncode = node.proc.returncode
+                if self.watchdog is not None and not _group_members(node.proc.pid):
+                    self.watchdog.forget(node.proc.pid)
                 code = _exit_code(node.returncode)
                 if args.verbose or (code != 0 and not self.stopping):
                     how = ('killed by %s' % _signal_name(-node.returncode)

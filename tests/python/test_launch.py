@@ -440,7 +440,8 @@ def test_signal_to_launcher_tears_down(node, tmp_path, sig, code):
 
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='parent-death signal: Linux')
 def test_sigkill_to_launcher_ends_every_node(node, tmp_path):
-    # the launcher cannot clean up after SIGKILL: the kernel's parent-death signal must
+    # the launcher cannot clean up after SIGKILL: the kernel's parent-death signal and the
+    # launcher's watchdog must
     tag = uuid.uuid4().hex
     proc = subprocess.Popen([PY, LAUNCH, '-n', '2', '-s', '2']
                             + _hang_args(tmp_path, tag, ['--env', 'T_STUBBORN=1'])
@@ -453,19 +454,32 @@ def test_sigkill_to_launcher_ends_every_node(node, tmp_path):
         proc.kill()
         proc.wait(10)
         # each node (checked by pid and start time) ends, although nobody stops it
+        def left():
+            return ([n for n, i in sorted(infos.items()) if alive(i['pid'], i['start'])],
+                    [n for n, i in sorted(infos.items()) if alive(i['kid'], i['kidstart'])],
+                    tagged(tag))
+        # each node ends at once (parent-death signal); the children they started, which
+        # ignore SIGTERM, when the launcher's watchdog sends SIGKILL after --grace (1 s)
         end = time.monotonic() + 20
-        while True:
-            left = [n for n, i in sorted(infos.items()) if alive(i['pid'], i['start'])]
-            if not left or time.monotonic() > end:
-                break
+        while left() != ([], [], []) and time.monotonic() < end:
             time.sleep(0.05)
-        assert left == [], 'still running 20 s after the launcher was SIGKILLed'
+        assert left() == ([], [], []), 'nodes, their children, tagged processes still ' \
+            'running 20 s after the launcher was SIGKILLed'
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        # processes the nodes started themselves are out of reach (documented)
         kill_leftovers(ready_infos(str(tmp_path)), tag)
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='parent-death signal: Linux')
+def test_nodes_get_sigkill_as_parent_death_signal():
+    import mxkv_launch
+    code = ('import ctypes\nv = ctypes.c_int(-1)\n'
+            'assert ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0) == 0\nprint(v.value)')
+    r = subprocess.run([PY, '-c', code], stdout=subprocess.PIPE, timeout=30,
+                       preexec_fn=mxkv_launch._parent_death_preexec())
+    assert r.returncode == 0 and int(r.stdout) == signal.SIGKILL   # PR_GET_PDEATHSIG
 
 
 ORPHAN = r'''
