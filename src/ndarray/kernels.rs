@@ -5,6 +5,7 @@
 
 use super::dtype::{convert, DType, Elem};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Elements handled per block: one pass over all inputs per block, with the
 /// output block staying in cache.
@@ -14,11 +15,36 @@ const PAR_MIN: usize = 1 << 16;
 /// Elements per parallel task (a multiple of `BLOCK`).
 const TASK: usize = 1 << 16;
 
+/// The process whose threads rayon's global pool has: the first one that
+/// asked [`parallel`] (0: none yet).
+static POOL_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Whether work may be handed to rayon's global pool in this process. A child
+/// made by `fork()` inherits the pool's bookkeeping but none of its threads
+/// (only the forking thread is copied), so work handed to the pool there would
+/// wait forever; in any process other than the one that set the pool up, this
+/// answers `false` and the work runs on the calling thread (the results are the
+/// same: every kernel gives bit-identical results serial or split), as
+/// MXNet's forked workers (Gluon DataLoader's fork start method) go on
+/// working. Every use of rayon in the library asks this first, so the process
+/// that first asks is the one whose threads the pool has.
+pub fn parallel() -> bool {
+    let me = std::process::id();
+    match POOL_PID.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => true,
+        Err(owner) => owner == me,
+    }
+}
+
 /// Sizes rayon's pool from `MXNET_KVSTORE_REDUCTION_NTHREADS` when set (once,
 /// before the pool is first used).
 pub fn init_pool() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        if !parallel() {
+            // A forked child: the pool (if any) belongs to the parent.
+            return;
+        }
         let n = std::env::var("MXNET_KVSTORE_REDUCTION_NTHREADS")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok());
@@ -49,7 +75,7 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
     crate::with_dtype!(sdt, S => crate::with_dtype!(ddt, D => {
         let s: &[S] = bytemuck::cast_slice(src);
         let d: &mut [D] = bytemuck::cast_slice_mut(dst);
-                if d.len() >= PAR_MIN {
+                if d.len() >= PAR_MIN && parallel() {
             d.par_chunks_mut(TASK)
                 .zip(s.par_chunks(TASK))
                 .for_each(|(d, s)| convert(s, d));
@@ -64,7 +90,7 @@ pub fn convert_bytes(sdt: DType, src: &[u8], ddt: DType, dst: &mut [u8]) {
 /// block is written to all outputs while it is in cache.
 pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) {
     let n = src.len() / sdt.size();
-    let parallel = split(src.len() * outs.len());
+    let par = split(src.len() * outs.len()) && parallel();
     const ELEMS: usize = 1 << 14;
     let blocks = n.div_ceil(ELEMS);
     // One task per block: the block of the source and of every output.
@@ -88,7 +114,7 @@ pub fn broadcast_bytes(sdt: DType, src: &[u8], outs: &mut [(DType, &mut [u8])]) 
             }
         }
     };
-    if parallel {
+    if par {
         tasks.par_iter_mut().for_each(run);
     } else {
         tasks.iter_mut().for_each(run);
@@ -116,7 +142,7 @@ pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
             d.copy_from_slice(s);
         }
     };
-    if split(dst.len()) {
+    if split(dst.len()) && parallel() {
         dst.par_chunks_mut(PAR_BYTES)
             .zip(src.par_chunks(PAR_BYTES))
             .for_each(|(d, s)| copy(d, s));
@@ -127,7 +153,7 @@ pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
 
 /// Zeroes `dst`, split over threads as copies are.
 pub fn zero_bytes(dst: &mut [u8]) {
-    if split(dst.len()) {
+    if split(dst.len()) && parallel() {
         dst.par_chunks_mut(PAR_BYTES).for_each(|d| d.fill(0));
     } else {
         dst.fill(0);
@@ -155,7 +181,7 @@ pub fn sum<T: Elem>(inputs: &[&[T]], out: &mut [T], order: SumOrder) {
     assert!(!inputs.is_empty());
     let (streams, size) = (inputs.len() + 1, std::mem::size_of::<T>());
     let task = task_elems(streams, size);
-    if out.len() > task && split(out.len().saturating_mul(streams * size)) {
+    if out.len() > task && split(out.len().saturating_mul(streams * size)) && parallel() {
         out.par_chunks_mut(task)
             .enumerate()
             .for_each(|(i, o)| sum_range(inputs, i * task, o, order));
@@ -172,7 +198,7 @@ pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]]
     assert!(!inputs.is_empty());
     type Task<'a, T> = (usize, &'a mut [T], Vec<&'a mut [T]>);
     let (streams, size) = (inputs.len() + 1 + copies.len(), std::mem::size_of::<T>());
-    let parallel = split(out.len().saturating_mul(streams * size));
+    let par = split(out.len().saturating_mul(streams * size)) && parallel();
     let chunk = task_elems(streams, size).min(out.len()).max(1);
     let mut tasks: Vec<Task<'_, T>> = out
         .chunks_mut(chunk)
@@ -197,7 +223,7 @@ pub fn sum_copy<T: Elem>(inputs: &[&[T]], out: &mut [T], copies: &mut [&mut [T]]
             }
         }
     };
-    if tasks.len() > 1 && parallel {
+    if tasks.len() > 1 && par {
         tasks.par_iter_mut().for_each(run);
     } else {
         tasks.iter_mut().for_each(run);

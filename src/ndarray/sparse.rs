@@ -886,7 +886,7 @@ pub fn retain_rows(stored: &NDArray, ids: &[i64], out: &NDArray) -> Result<()> {
                     None => row.fill(0),
                 }
             };
-            if n / ddt.size() >= 1 << 16 {
+            if n / ddt.size() >= 1 << 16 && super::kernels::parallel() {
                 use rayon::prelude::*;
                 dst.bytes_mut()
                     .par_chunks_mut(drow)

@@ -553,7 +553,7 @@ fn quantize_words<F>(grad: &[f32], residual: &mut [f32], out: &mut [u32], per: u
 where
     F: Fn(&[f32], &mut [f32]) -> u32 + Sync,
 {
-    if grad.len() < PARALLEL_MIN_ELEMENTS {
+    if grad.len() < PARALLEL_MIN_ELEMENTS || !crate::ndarray::kernels::parallel() {
         quantize_words_serial(grad, residual, out, per, &f);
         return;
     }
@@ -572,7 +572,7 @@ where
             *o = f(*g, r);
         }
     };
-    if grad.len() < PARALLEL_MIN_ELEMENTS {
+    if grad.len() < PARALLEL_MIN_ELEMENTS || !crate::ndarray::kernels::parallel() {
         serial(grad, residual, out);
         return;
     }
@@ -593,7 +593,7 @@ where
             }
         }
     };
-    if out.len() < PARALLEL_MIN_ELEMENTS {
+    if out.len() < PARALLEL_MIN_ELEMENTS || !crate::ndarray::kernels::parallel() {
         serial(words, out);
         return;
     }
