@@ -64,7 +64,10 @@ extern "C" {
 /*
  `const char *MXGetLastError();` — the message of the last failing call on
  this thread (`""` if none). Valid until the next failing call on the same
- thread; not cleared by successful calls.
+ thread; not cleared by successful calls. Calls made while the thread
+ exits (from destructors of thread-local or static objects) work too; the
+ text of a failure from before the library's thread-locals were destroyed
+ is gone by then.
  */
 MXNET_DLL const char *MXGetLastError(void);
 

@@ -1,19 +1,55 @@
 //! The panic and error boundary: `api_call` runs an entry point's body,
 //! catches panics, stores the error text per thread and returns 0 or -1.
+//!
+//! Per-thread buffers (the error text here, the shape and load buffers in
+//! `ndarray.rs`) live in thread-locals, which Rust destroys when the thread
+//! exits (and, for the main thread, at `exit()`). C and C++ code may still
+//! call the library after that, from a `thread_local` or static object's
+//! destructor: `per_thread` then keeps the thread's buffer in a process-wide
+//! table keyed by the thread id instead, one buffer per thread, replaced by
+//! the thread's next call (as the thread-local would be).
 
 use crate::error::Error;
+use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::thread::LocalKey;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
+/// A thread's buffer once its thread-locals are gone, by thread id.
+pub(crate) type Orphans<T> = Mutex<BTreeMap<libc::pid_t, T>>;
+
+static LAST_ERROR_ORPHANS: Orphans<CString> = Mutex::new(BTreeMap::new());
+
+/// Runs `f` on this thread's buffer: the thread-local `key` while it exists,
+/// else this thread's entry of `orphans` (created empty on first use). A
+/// pointer into the buffer stays valid until the thread's next `per_thread`
+/// call on the same buffer.
+pub(crate) fn per_thread<T: Default, R>(
+    key: &'static LocalKey<RefCell<T>>,
+    orphans: &Orphans<T>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    let mut f = Some(f);
+    if let Ok(r) = key.try_with(|b| f.take().expect("called once")(&mut b.borrow_mut())) {
+        return r;
+    }
+    let f = f.expect("try_with did not run the closure");
+    // SAFETY: gettid has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    let mut table = orphans.lock();
+    f(table.entry(tid).or_default())
+}
+
 fn set_last_error(msg: String) {
     let c = CString::new(msg.replace('\0', "\\0")).expect("NULs were replaced");
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    per_thread(&LAST_ERROR, &LAST_ERROR_ORPHANS, |e| *e = c);
 }
 
 /// Runs `body` for the entry point `name`: 0 on success; on error or panic,
@@ -39,8 +75,11 @@ pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Err
 
 /// `const char *MXGetLastError();` — the message of the last failing call on
 /// this thread (`""` if none). Valid until the next failing call on the same
-/// thread; not cleared by successful calls.
+/// thread; not cleared by successful calls. Calls made while the thread
+/// exits (from destructors of thread-local or static objects) work too; the
+/// text of a failure from before the library's thread-locals were destroyed
+/// is gone by then.
 #[no_mangle]
 pub extern "C" fn MXGetLastError() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    per_thread(&LAST_ERROR, &LAST_ERROR_ORPHANS, |e| e.as_ptr())
 }

@@ -1,7 +1,7 @@
 //! The `MXNDArray*` functions a KVStore binding needs, in `c_api.h` order.
 
 use super::args::{cstr, cstrs, ndarray, ndarrays, new_handle, slice, write_out, NDARRAYS};
-use super::boundary::api_call;
+use super::boundary::{api_call, per_thread, Orphans};
 use super::NDArrayHandle;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
@@ -18,9 +18,31 @@ thread_local! {
     static SHAPE_U32: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
     static SHAPE_I32: RefCell<Vec<c_int>> = const { RefCell::new(Vec::new()) };
     static SHAPE_I64: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
-    static LOADED: RefCell<(Vec<NDArrayHandle>, Vec<CString>, Vec<*const c_char>)> =
-        const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+    static LOADED: RefCell<Loaded> = const {
+        RefCell::new(Loaded { handles: Vec::new(), names: Vec::new(), name_ptrs: Vec::new() })
+    };
 }
+
+// The same buffers for calls made after the thread-locals are destroyed (from
+// a destructor at thread exit or at `exit()`): see `per_thread`.
+static SHAPE_U32_ORPHANS: Orphans<Vec<u32>> = Orphans::new(std::collections::BTreeMap::new());
+static SHAPE_I32_ORPHANS: Orphans<Vec<c_int>> = Orphans::new(std::collections::BTreeMap::new());
+static SHAPE_I64_ORPHANS: Orphans<Vec<i64>> = Orphans::new(std::collections::BTreeMap::new());
+static LOADED_ORPHANS: Orphans<Loaded> = Orphans::new(std::collections::BTreeMap::new());
+
+/// The handles, names and name pointers `MXNDArrayLoad` returned last.
+#[derive(Default)]
+struct Loaded {
+    handles: Vec<NDArrayHandle>,
+    names: Vec<CString>,
+    name_ptrs: Vec<*const c_char>,
+}
+
+// SAFETY: the handles are registry ids, not pointers to thread-bound data,
+// and the name pointers point into `names`, which moves with them; a
+// `Loaded` is only reached by the thread it belongs to (through its
+// thread-local or its thread-id entry of `LOADED_ORPHANS`).
+unsafe impl Send for Loaded {}
 
 fn create(
     shape: Shape,
@@ -373,8 +395,7 @@ pub unsafe extern "C" fn MXNDArrayGetShape(
         if out_dim.is_null() || out_pdata.is_null() {
             return Err(Error::new("out_dim or out_pdata (output pointer) is NULL"));
         }
-        SHAPE_U32.with(|b| {
-            let mut b = b.borrow_mut();
+        per_thread(&SHAPE_U32, &SHAPE_U32_ORPHANS, |b| {
             *b = dims;
             // SAFETY: both outputs are non-NULL and writable, per the contract.
             unsafe {
@@ -406,8 +427,7 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx(
         if out_dim.is_null() || out_pdata.is_null() {
             return Err(Error::new("out_dim or out_pdata (output pointer) is NULL"));
         }
-        SHAPE_I32.with(|b| {
-            let mut b = b.borrow_mut();
+        per_thread(&SHAPE_I32, &SHAPE_I32_ORPHANS, |b| {
             *b = dims;
             // SAFETY: both outputs are non-NULL and writable, per the contract.
             unsafe {
@@ -430,8 +450,7 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
         if out_dim.is_null() || out_pdata.is_null() {
             return Err(Error::new("out_dim or out_pdata (output pointer) is NULL"));
         }
-        SHAPE_I64.with(|b| {
-            let mut b = b.borrow_mut();
+        per_thread(&SHAPE_I64, &SHAPE_I64_ORPHANS, |b| {
             *b = dims;
             // SAFETY: both outputs are non-NULL and writable, per the contract.
             unsafe {
@@ -692,17 +711,16 @@ pub unsafe extern "C" fn MXNDArrayLoad(
             })
             .collect::<Result<Vec<_>>>()?;
         let n = u32::try_from(arrays.len()).map_err(|_| Error::new("too many arrays"))?;
-        LOADED.with(|l| {
-            let mut l = l.borrow_mut();
-            l.0 = arrays.into_iter().map(new_handle).collect();
-            l.2 = names.iter().map(|c| c.as_ptr()).collect();
-            l.1 = names;
+        per_thread(&LOADED, &LOADED_ORPHANS, |l| {
+            l.handles = arrays.into_iter().map(new_handle).collect();
+            l.name_ptrs = names.iter().map(|c| c.as_ptr()).collect();
+            l.names = names;
             // SAFETY: all four outputs are non-NULL and writable, per the contract.
             unsafe {
                 write_out(out_size, n, "out_size")?;
-                write_out(out_arr, l.0.as_mut_ptr(), "out_arr")?;
-                write_out(out_name_size, l.2.len() as u32, "out_name_size")?;
-                write_out(out_names, l.2.as_mut_ptr(), "out_names")
+                write_out(out_arr, l.handles.as_mut_ptr(), "out_arr")?;
+                write_out(out_name_size, l.name_ptrs.len() as u32, "out_name_size")?;
+                write_out(out_names, l.name_ptrs.as_mut_ptr(), "out_names")
             }
         })
     })
