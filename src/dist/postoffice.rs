@@ -35,6 +35,16 @@ pub const ALL_GROUP: i32 = 7;
 /// final barrier; this keeps that from failing the others' last wait).
 pub const LOST_GRACE: Duration = Duration::from_millis(1000);
 
+/// The most messages, and data bytes, a node holds for customers not
+/// registered yet, over all (app, customer) pairs; beyond, they are dropped.
+pub const PARKED_MAX_MESSAGES: usize = 10_000;
+pub const PARKED_MAX_BYTES: usize = 256 << 20;
+
+/// A parked message's size for [`PARKED_MAX_BYTES`]: its data parts and body.
+fn parked_size(m: &Message) -> usize {
+    m.body.len() + m.data.iter().map(|d| d.len()).sum::<usize>()
+}
+
 /// How long [`Postoffice::finalize`] waits for the receive thread.
 const STOP_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -106,7 +116,7 @@ pub trait Customer: Send + Sync {
 pub(crate) struct SchedState {
     /// ADD_NODE requests in arrival order (before ids are assigned).
     pub registered: Vec<Node>,
-    /// Per group: the ids that asked in the current round (counted with repeats).
+    /// Per group: the members that asked in the current round (each once).
     pub barrier_requests: HashMap<i32, Vec<i32>>,
     /// Per group: (app_id, customer_id) of the last request.
     pub barrier_last: HashMap<i32, (i32, i32)>,
@@ -135,6 +145,12 @@ pub(crate) struct State {
     pub sched: SchedState,
     /// Data messages for customers not registered yet.
     pub parked: HashMap<(i32, i32), Vec<Message>>,
+    /// How many messages, and data bytes, `parked` holds (all pairs).
+    pub parked_count: usize,
+    pub parked_bytes: usize,
+    /// A message was dropped for lack of room (logged once), how many.
+    pub parked_full_logged: bool,
+    pub parked_dropped: u64,
     /// Signatures of messages already seen (PS_RESEND duplicates).
     pub seen_sigs: HashSet<u64>,
 }
@@ -232,6 +248,10 @@ impl Postoffice {
                 fatal: None,
                 sched: SchedState::default(),
                 parked: HashMap::new(),
+                parked_count: 0,
+                parked_bytes: 0,
+                parked_full_logged: false,
+                parked_dropped: 0,
                 seen_sigs: HashSet::new(),
             }),
             cond: Condvar::new(),
@@ -291,13 +311,21 @@ impl Postoffice {
     /// Waits until the node has its id and its peers (the scheduler: until
     /// every node registered), at most [`Config::timeout`].
     pub fn wait_ready(&self) -> Result<()> {
-        let deadline = Instant::now() + self.config.timeout;
+        // A timeout beyond what an Instant holds waits in steps of a day.
+        let deadline = Instant::now().checked_add(self.config.timeout);
         let mut st = self.state.lock();
         while !st.ready {
             if let Some(e) = &st.fatal {
                 return Err(e.clone());
             }
-            if self.cond.wait_until(&mut st, deadline).timed_out() && !st.ready {
+            let timed_out = match deadline {
+                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
+                None => {
+                    self.cond.wait_for(&mut st, Duration::from_secs(86_400));
+                    false
+                }
+            };
+            if timed_out && !st.ready {
                 let secs = self.config.timeout.as_secs_f64();
                 return Err(if self.config.role == Role::Scheduler {
                     let (mut w, mut s) = (0, 0);
@@ -376,9 +404,10 @@ impl Postoffice {
     }
 
     /// How many received messages this node dropped (malformed, not
-    /// ps-lite, or not allowed from their sender).
+    /// ps-lite, not allowed from their sender, or for a customer not
+    /// registered beyond [`PARKED_MAX_MESSAGES`] / [`PARKED_MAX_BYTES`]).
     pub fn dropped_messages(&self) -> u64 {
-        self.van.dropped()
+        self.van.dropped() + self.state.lock().parked_dropped
     }
 
     /// The peers known lost.
@@ -399,7 +428,10 @@ impl Postoffice {
             self.customers
                 .lock()
                 .insert((app_id, customer_id), c.clone());
-            st.parked.remove(&(app_id, customer_id)).unwrap_or_default()
+            let parked = st.parked.remove(&(app_id, customer_id)).unwrap_or_default();
+            st.parked_count -= parked.len();
+            st.parked_bytes -= parked.iter().map(parked_size).sum::<usize>();
+            parked
         };
         for m in parked {
             c.on_message(m);
@@ -891,14 +923,30 @@ impl Postoffice {
                 c.on_message(msg)
             }
             None => {
-                let q = st.parked.entry(key).or_default();
-                if q.len() < 100_000 {
-                    q.push(msg);
+                // Bounded over all pairs: a peer can name any app and
+                // customer. The first message always fits (one message
+                // is as large as ZeroMQ already took it in).
+                let size = parked_size(&msg);
+                let fits = st.parked_count == 0
+                    || (st.parked_count < PARKED_MAX_MESSAGES
+                        && st.parked_bytes.saturating_add(size) <= PARKED_MAX_BYTES);
+                if fits {
+                    st.parked_count += 1;
+                    st.parked_bytes += size;
+                    st.parked.entry(key).or_default().push(msg);
                 } else {
-                    eprintln!(
-                        "[mxkv {}] dropped a message for app {} customer {}: no such customer",
-                        self.config.role, key.0, key.1
-                    );
+                    st.parked_dropped += 1;
+                    if !std::mem::replace(&mut st.parked_full_logged, true) {
+                        let (n, bytes) = (st.parked_count, st.parked_bytes);
+                        drop(st);
+                        eprintln!(
+                            "[mxkv {}] dropped a message for app {} customer {} from {}: no such customer, and {n} messages ({bytes} bytes) for customers not registered are held already (at most {PARKED_MAX_MESSAGES} messages, {PARKED_MAX_BYTES} bytes); further ones are dropped without a log line",
+                            self.config.role,
+                            key.0,
+                            key.1,
+                            sender_name(msg.sender),
+                        );
+                    }
                 }
             }
         }
@@ -925,6 +973,26 @@ impl Postoffice {
             );
             return;
         };
+        // The scheduler waits for as many nodes as its own DMLC_NUM_WORKER
+        // and DMLC_NUM_SERVER say (as ps-lite's does); a node started with
+        // other counts would wait for, or send to, nodes that do not exist,
+        // or (a server) complete a sync round on too few pushes.
+        for (role, var, mine) in [
+            (Role::Worker, "DMLC_NUM_WORKER", self.config.num_worker),
+            (Role::Server, "DMLC_NUM_SERVER", self.config.num_server),
+        ] {
+            let theirs = ctl.nodes.iter().filter(|n| n.role == role).count();
+            if theirs != mine {
+                let e = Error::usage(format!(
+                    "{var} is {mine} on this {} but {theirs} on the scheduler (its cluster has {theirs} {role}s): start every node with the same {var}",
+                    my.role
+                ));
+                eprintln!("[mxkv {}] {e}", self.config.role);
+                self.state.lock().fatal = Some(e);
+                self.cond.notify_all();
+                return;
+            }
+        }
         let id = me.id;
         self.van.set_my_id(id);
         self.my_node.lock().id = id;
@@ -953,7 +1021,9 @@ impl Postoffice {
         st.ready = true;
         st.heartbeats.insert(1, Instant::now());
         if !self.config.heartbeat_interval.is_zero() {
-            st.next_heartbeat = Some(Instant::now() + self.config.heartbeat_interval);
+            // None (no heartbeat) when the interval is beyond what an
+            // Instant can hold.
+            st.next_heartbeat = Instant::now().checked_add(self.config.heartbeat_interval);
         }
         drop(st);
         self.cond.notify_all();
@@ -1017,7 +1087,7 @@ impl Postoffice {
             }
             send_hb = match st.next_heartbeat {
                 Some(t) if st.ready && now >= t && self.role() != Role::Scheduler => {
-                    st.next_heartbeat = Some(now + self.config.heartbeat_interval);
+                    st.next_heartbeat = now.checked_add(self.config.heartbeat_interval);
                     true
                 }
                 _ => false,
@@ -1117,7 +1187,17 @@ mod tests {
     }
 
     fn cluster(nw: usize, ns: usize) -> Cluster {
-        let sched = Postoffice::bind(Config::local(Role::Scheduler, 0, nw, ns, T)).unwrap();
+        cluster_with(nw, ns, |_| {})
+    }
+
+    /// As [`cluster`], with `f` applied to every node's configuration.
+    fn cluster_with(nw: usize, ns: usize, f: fn(&mut Config)) -> Cluster {
+        let local = move |role, port| {
+            let mut c = Config::local(role, port, nw, ns, T);
+            f(&mut c);
+            c
+        };
+        let sched = Postoffice::bind(local(Role::Scheduler, 0)).unwrap();
         let port = sched.port();
         let s = sched.clone();
         let sched_thread = std::thread::spawn(move || {
@@ -1128,12 +1208,12 @@ mod tests {
         let starts: Vec<JoinHandle<Result<Arc<Postoffice>>>> = (0..nw)
             .map(|_| Role::Worker)
             .chain((0..ns).map(|_| Role::Server))
-            .map(|role| {
-                std::thread::spawn(move || Postoffice::start(Config::local(role, port, nw, ns, T)))
-            })
+            .map(|role| std::thread::spawn(move || Postoffice::start(local(role, port))))
             .collect();
-        let mut nodes: Vec<Arc<Postoffice>> =
-            starts.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        let mut nodes: Vec<Arc<Postoffice>> = starts
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
         nodes.sort_by_key(|po| po.my_id());
         let (servers, workers) = nodes.into_iter().partition(|po| po.role() == Role::Server);
         Cluster {
@@ -1221,10 +1301,243 @@ mod tests {
         assert_eq!(results.len(), 2);
         for (r, after) in &results {
             assert!(r.is_ok(), "{r:?}");
-            assert!(after, "a barrier of worker 0 passed before worker 1 arrived");
+            assert!(
+                after,
+                "a barrier of worker 0 passed before worker 1 arrived"
+            );
         }
         b1.unwrap();
         b2.unwrap();
+        c.finish();
+    }
+
+    /// Waits until the receive thread of `po` dropped more than `before`
+    /// messages, or `other` holds (what the bug would do instead).
+    fn dropped_or(po: &Postoffice, before: u64, what: &str, mut other: impl FnMut() -> bool) {
+        until(what, || po.dropped_messages() > before || other());
+    }
+
+    /// A barrier request from a peer without an id (for the workers, and
+    /// for group 1, which only the scheduler is in) is not counted: the
+    /// scheduler neither releases the workers nor itself.
+    #[test]
+    fn dist_barrier_request_from_a_stranger_is_not_counted() {
+        let c = cluster(2, 1);
+        let (_ctx, d) = foreign(c.sched.port(), None);
+        let asked = |po: &Postoffice, g: i32| {
+            po.state
+                .lock()
+                .sched
+                .barrier_requests
+                .get(&g)
+                .map_or(0, |v| v.len())
+        };
+        let before = c.sched.dropped_messages();
+        d.send(barrier_msg(WORKER_GROUP, true), 0).unwrap();
+        dropped_or(
+            &c.sched,
+            before,
+            "the request was dropped or counted",
+            || asked(&c.sched, WORKER_GROUP) > 0,
+        );
+        assert_eq!(asked(&c.sched, WORKER_GROUP), 0);
+        let before = c.sched.dropped_messages();
+        d.send(barrier_msg(SCHEDULER, true), 0).unwrap();
+        dropped_or(
+            &c.sched,
+            before,
+            "the request was dropped or the scheduler ended",
+            || c.sched_thread.is_finished(),
+        );
+        assert!(
+            !c.sched_thread.is_finished(),
+            "the scheduler released itself"
+        );
+        // The barrier still needs both workers.
+        let (w0, w1) = (c.workers[0].clone(), c.workers[1].clone());
+        let t = std::thread::spawn(move || w0.barrier(0, WORKER_GROUP));
+        w1.barrier(0, WORKER_GROUP).unwrap();
+        t.join().unwrap().unwrap();
+        c.finish();
+    }
+
+    /// A node asking twice in one barrier (its first wait timed out) is
+    /// counted once.
+    #[test]
+    fn dist_barrier_request_counts_once_per_node() {
+        let c = cluster(2, 1);
+        let (w0, w1) = (c.workers[0].clone(), c.workers[1].clone());
+        let e = w0
+            .barrier_until(
+                0,
+                WORKER_GROUP,
+                Some(Instant::now() + Duration::from_millis(300)),
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        let before = c.sched.dropped_messages();
+        let w = w0.clone();
+        let t = std::thread::spawn(move || w.barrier(0, WORKER_GROUP));
+        dropped_or(
+            &c.sched,
+            before,
+            "the second request was dropped or released",
+            || t.is_finished(),
+        );
+        assert!(!t.is_finished(), "worker 0 passed alone on two requests");
+        w1.barrier(0, WORKER_GROUP).unwrap();
+        t.join().unwrap().unwrap();
+        c.finish();
+    }
+
+    /// A barrier release from anyone but the scheduler does not end a
+    /// node's barrier.
+    #[test]
+    fn dist_barrier_release_only_from_the_scheduler() {
+        let c = cluster(2, 1);
+        let (w0, w1) = (c.workers[0].clone(), c.workers[1].clone());
+        let w = w0.clone();
+        let t = std::thread::spawn(move || w.barrier(0, WORKER_GROUP));
+        until("worker 0 is in its barrier", || {
+            w0.state.lock().barrier_busy.is_some()
+        });
+        for identity in [None, Some("ps11")] {
+            let (_ctx, d) = foreign(w0.port(), identity);
+            let before = w0.dropped_messages();
+            d.send(barrier_msg(WORKER_GROUP, false), 0).unwrap();
+            dropped_or(&w0, before, "the release was dropped or taken", || {
+                t.is_finished()
+            });
+            assert!(
+                !t.is_finished(),
+                "a release from {identity:?} let worker 0 out"
+            );
+        }
+        w1.barrier(0, WORKER_GROUP).unwrap();
+        t.join().unwrap().unwrap();
+        c.finish();
+    }
+
+    /// A node whose DMLC_NUM_WORKER / DMLC_NUM_SERVER differ from the
+    /// scheduler's fails its start, naming the variable and both values.
+    #[test]
+    fn dist_node_counts_must_match_the_scheduler() {
+        let t = Duration::from_secs(5);
+        for (role, nw, ns, var, mine, theirs) in [
+            (Role::Server, 1, 1, "DMLC_NUM_WORKER", 1, 2),
+            (Role::Worker, 2, 2, "DMLC_NUM_SERVER", 2, 1),
+        ] {
+            let sched = Postoffice::bind(Config::local(Role::Scheduler, 0, 2, 1, t)).unwrap();
+            let port = sched.port();
+            let s = sched.clone();
+            let sched_thread = std::thread::spawn(move || {
+                s.wait_ready()?;
+                s.barrier(0, ALL_GROUP)
+            });
+            // The other nodes, with the scheduler's counts.
+            let other_roles = match role {
+                Role::Server => [Role::Worker, Role::Worker],
+                _ => [Role::Worker, Role::Server],
+            };
+            let others: Vec<JoinHandle<Result<Arc<Postoffice>>>> = other_roles
+                .into_iter()
+                .map(|r| {
+                    std::thread::spawn(move || Postoffice::start(Config::local(r, port, 2, 1, t)))
+                })
+                .collect();
+            let Err(e) = Postoffice::start(Config::local(role, port, nw, ns, t)) else {
+                panic!("a {role} with other counts than the scheduler's started");
+            };
+            assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!(
+                    "{var} is {mine} on this {role} but {theirs} on the scheduler"
+                )),
+                "{text}"
+            );
+            for h in others {
+                assert!(h.join().unwrap().is_err());
+            }
+            assert!(sched_thread.join().unwrap().is_err());
+            sched.stop();
+        }
+    }
+
+    /// Messages for customers nobody registered are held up to a bound over
+    /// all (app, customer) pairs, and handed over on registration.
+    #[test]
+    fn dist_parked_messages_are_bounded() {
+        let c = cluster(1, 1);
+        let server = c.servers[0].clone();
+        let (_ctx, d) = foreign(server.port(), Some("ps99"));
+        let big = vec![7u8; 1 << 20];
+        let send = |i: usize, vals: &[u8]| {
+            let m = Message {
+                head: 0,
+                request: true,
+                push: true,
+                app_id: 7,
+                customer_id: (i % 50) as i32,
+                timestamp: i as i32,
+                ..Message::default()
+            };
+            let keys = 3u64.to_le_bytes();
+            let lens = (vals.len() as i32).to_le_bytes();
+            d.send_multipart([&m.encode_meta()[..], &keys[..], vals, &lens[..]], 0)
+                .unwrap();
+        };
+        let (n_big, n_small) = (300, PARKED_MAX_MESSAGES);
+        for i in 0..n_big {
+            send(i, &big);
+        }
+        for i in n_big..n_big + n_small {
+            send(i, &[1, 2, 3, 4]);
+        }
+        let seen = || {
+            let st = server.state.lock();
+            st.parked_count + st.parked_dropped as usize
+        };
+        until("every message was parked or dropped", || {
+            seen() == n_big + n_small
+        });
+        let (count, bytes, for_0) = {
+            let st = server.state.lock();
+            let held: usize = st.parked.values().map(|q| q.len()).sum();
+            let bytes: usize = st.parked.values().flatten().map(parked_size).sum();
+            assert_eq!((held, bytes), (st.parked_count, st.parked_bytes));
+            (
+                st.parked_count,
+                st.parked_bytes,
+                st.parked.get(&(7, 0)).map_or(0, |q| q.len()),
+            )
+        };
+        assert!(count <= PARKED_MAX_MESSAGES, "{count} messages parked");
+        assert!(bytes <= PARKED_MAX_BYTES, "{bytes} bytes parked");
+        assert!(server.dropped_messages() > 0);
+        // Registration hands the held ones over and frees their room.
+        struct Count(Arc<Mutex<usize>>);
+        impl Customer for Count {
+            fn on_message(&self, _m: Message) {
+                *self.0.lock() += 1;
+            }
+        }
+        let got = Arc::new(Mutex::new(0));
+        server.register_customer(7, 0, Arc::new(Count(got.clone())));
+        assert_eq!(*got.lock(), for_0);
+        assert!(for_0 > 0);
+        assert_eq!(server.state.lock().parked_count, count - for_0);
+        c.finish();
+    }
+
+    /// A heartbeat interval beyond what an Instant can hold means no
+    /// heartbeat, not a panic on the receive thread.
+    #[test]
+    fn dist_huge_heartbeat_interval_does_not_panic() {
+        let c = cluster_with(1, 1, |c| {
+            c.heartbeat_interval = Duration::from_secs(10_000_000_000_000_000_000);
+            c.heartbeat_timeout = Duration::from_secs(5);
+        });
         c.finish();
     }
 }

@@ -13,7 +13,8 @@
 use super::config::Config;
 use super::message::{Command, Control, Message, Node, Role, EMPTY};
 use super::postoffice::{
-    group_members, peer_name, server_rank_to_id, worker_rank_to_id, Postoffice, ALL_GROUP,
+    group_members, group_name, peer_name, sender_name, server_rank_to_id, worker_rank_to_id,
+    Postoffice, ALL_GROUP,
 };
 use crate::error::{Error, Result};
 use std::cmp::Ordering as CmpOrdering;
@@ -201,6 +202,34 @@ pub(crate) fn on_barrier_request(po: &Postoffice, msg: Message) {
     let last = (msg.app_id, msg.customer_id);
     let release = {
         let mut st = po.state.lock();
+        // Only a member of the group counts, once per barrier: a request
+        // from a peer without an id, from a node outside the group (a
+        // request for group 1 from anyone but the scheduler itself), before
+        // the nodes have their ids, or a second one from the same node
+        // would release the group early.
+        let why = if !st.ready {
+            Some("before every node registered")
+        } else if !members.contains(&msg.sender) {
+            Some("not a member of the group")
+        } else if st
+            .sched
+            .barrier_requests
+            .get(&group)
+            .is_some_and(|asked| asked.contains(&msg.sender))
+        {
+            Some("it asked already in this barrier")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            drop(st);
+            po.van.drop_message(&format!(
+                "a barrier request for group {group} ({}) from {}: {why}",
+                group_name(group),
+                sender_name(msg.sender)
+            ));
+            return;
+        }
         st.sched.barrier_last.insert(group, last);
         let asked = st.sched.barrier_requests.entry(group).or_default();
         asked.push(msg.sender);
