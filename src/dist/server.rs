@@ -237,7 +237,15 @@ pub struct KvServer {
     lost: Option<Error>,
     /// Replies the transport could not send (the peer is gone).
     send_errors: Vec<Error>,
+    /// Senders outside the cluster whose requests were dropped (each logged
+    /// once; at most [`MAX_FOREIGN_LOGGED`] are remembered).
+    foreign: Vec<i32>,
+    /// How many requests from outside the cluster were dropped.
+    foreign_dropped: u64,
 }
+
+/// How many senders outside the cluster are logged by name.
+const MAX_FOREIGN_LOGGED: usize = 16;
 
 impl KvServer {
     pub fn new(cfg: ServerConfig) -> KvServer {
@@ -253,6 +261,8 @@ impl KvServer {
             updater: UpdaterSlot::default(),
             lost: None,
             send_errors: Vec::new(),
+            foreign: Vec::new(),
+            foreign_dropped: 0,
         }
     }
 
@@ -271,6 +281,52 @@ impl KvServer {
 
     pub fn sync_mode(&self) -> bool {
         self.sync_mode
+    }
+
+    /// How many requests from senders outside the cluster were dropped.
+    pub fn foreign_dropped(&self) -> u64 {
+        self.foreign_dropped
+    }
+
+    /// Whether `id` is a worker of this cluster (ps-lite: rank `r` is id
+    /// `9 + 2r`, `r < num_workers`).
+    fn is_worker(&self, id: i32) -> bool {
+        id >= 9 && id % 2 == 1 && rank_of(id) < self.cfg.num_workers
+    }
+
+    /// Drops a request whose sender is not a worker of this cluster (a real
+    /// MXNet server aborts on one: its `KVServer` has no such customer),
+    /// logging each sender once on stderr.
+    fn drop_foreign(&mut self, msg: &Message) {
+        self.foreign_dropped += 1;
+        if self.foreign.contains(&msg.sender) || self.foreign.len() > MAX_FOREIGN_LOGGED {
+            return;
+        }
+        self.foreign.push(msg.sender);
+        let what = match (msg.simple_app, Command::from_head(msg.head)) {
+            (true, Some(c)) => format!("command k{c:?} ({})", msg.head),
+            (true, None) => format!("command {}", msg.head),
+            (false, _) => "data request".to_string(),
+        };
+        let who = if msg.sender == super::message::EMPTY {
+            "a peer without a ps-lite identity".to_string()
+        } else {
+            format!("node id {}", msg.sender)
+        };
+        let workers = match self.cfg.num_workers {
+            0 => "none".to_string(),
+            1 => "id 9".to_string(),
+            n => format!("ids 9..={}", worker_id(n - 1)),
+        };
+        let more = if self.foreign.len() > MAX_FOREIGN_LOGGED {
+            "; further foreign senders are not logged"
+        } else {
+            ""
+        };
+        eprintln!(
+            "[mxkv server] server {} dropped a {what} from {who}: not a worker of this cluster (workers: {workers}); its later requests are dropped unlogged{more}",
+            self.cfg.rank
+        );
     }
 
     /// Replies that could not be sent since the last call.
@@ -310,6 +366,12 @@ impl KvServer {
         if !msg.request {
             return Flow::Continue; // servers send requests to nobody
         }
+        if !self.is_worker(msg.sender) {
+            // data requests and commands come from the cluster's workers only
+            // (the scheduler sends control messages, never these)
+            self.drop_foreign(&msg);
+            return Flow::Continue;
+        }
         if msg.simple_app {
             return self.command(msg, out, controller);
         }
@@ -325,7 +387,25 @@ impl KvServer {
         out: &dyn Transport,
         controller: &mut Controller<'_>,
     ) -> Flow {
-        let result = match Command::from_head(msg.head) {
+        let cmd = Command::from_head(msg.head);
+        if let Some(
+            c @ (Command::StopServer | Command::SyncMode | Command::SetGradientCompression),
+        ) = cmd
+        {
+            if msg.sender != worker_id(0) {
+                // MXNet's workers send these from rank 0 only (~KVStoreDist,
+                // KVStore::Create, KVStoreDist::SetGradientCompression)
+                let e = Error::usage(format!(
+                    "server {}: k{c:?} ({}) is sent by worker 0 only; refused from {}",
+                    self.cfg.rank,
+                    msg.head,
+                    node_name(msg.sender)
+                ));
+                self.send(out, error_reply(&msg, &e));
+                return Flow::Continue;
+            }
+        }
+        let result = match cmd {
             Some(Command::StopServer) => {
                 let err = Error::usage(format!(
                     "server {} stopped (kStopServer) before this round completed",
@@ -547,22 +627,49 @@ impl KvServer {
         let Some(params) = self.compression else {
             bail!("key {key}: a compressed push arrived, but gradient compression was not set on server {} (kSetGradientCompression)", self.cfg.rank);
         };
-        let words = super::kv::read_u32s(&kv.vals)?;
+        // keys[0] claims the part's original size n: check it before n
+        // values are made (a claim of 2^31-1 values in a 256 MB message asked
+        // for 17 GB). A stored key's part holds exactly n values; a key not
+        // stored yet (a compressed push initialises it, as in MXNet) at most
+        // what a default push could carry (ps-lite's int lengths).
+        match self.store.get(&key) {
+            Some(e) => {
+                ensure!(
+                    !e.is_row_sparse(),
+                    "key {key} is a row_sparse key on this server; a compressed push of it was refused"
+                );
+                ensure!(
+                    e.stored.size() == n,
+                    "The value size cannot be changed {}. Key is {key} (a compressed push of {n} values; server {} holds {} values of it)",
+                    n.saturating_mul(4),
+                    self.cfg.rank,
+                    e.stored.size()
+                );
+            }
+            None => ensure!(
+                n <= i32::MAX as usize / DType::F32.size(),
+                "key {key}: a compressed push claiming {n} values was refused: more than a push can carry ({} bytes)",
+                i32::MAX
+            ),
+        }
+        let want = params.compressed_len(n);
         ensure!(
-            words.len() == params.compressed_len(n),
-            "key {key}: {} compressed words cannot hold {n} values ({} expected)",
-            words.len(),
-            params.compressed_len(n)
+            kv.vals.len() == want * 4,
+            "key {key}: {} compressed bytes cannot hold {n} values ({want} words expected)",
+            kv.vals.len()
         );
-        let mut values = vec![0f32; n];
-        params.dequantize(&words, n, &mut values);
-        self.push_dense(
-            msg,
-            key,
-            DType::F32,
-            Bytes::copy_from_slice(bytemuck::cast_slice(&values)),
-            out,
-        )
+        let words = super::kv::read_u32s(&kv.vals)?;
+        // dequantized straight into the buffer that becomes the value
+        let mut values = vec![0u8; n * DType::F32.size()];
+        match bytemuck::try_cast_slice_mut::<u8, f32>(&mut values) {
+            Ok(v) => params.dequantize(&words, n, v),
+            Err(_) => {
+                let mut v = vec![0f32; n];
+                params.dequantize(&words, n, &mut v);
+                values.copy_from_slice(bytemuck::cast_slice(&v));
+            }
+        }
+        self.push_dense(msg, key, DType::F32, Bytes::from(values), out)
     }
 
     fn row_sparse(
@@ -1048,6 +1155,7 @@ mod tests {
     use super::*;
     use crate::dist::keys::command_type;
     use crate::dist::kv::{reply_error, u64_bytes};
+    use crate::dist::message::EMPTY;
     use crate::error::ErrorKind;
     use half::f16;
     use parking_lot::Mutex;
@@ -1356,6 +1464,187 @@ mod tests {
             req(0, 3, 1, false, true, &[9, 9, 10], &[], &[]),
         );
         assert_eq!(f32s(&out.take()[0]), vec![1.0, 2.0, 3.0, 4.0]);
+    }
+
+    /// This process's peak resident set since the last reset, in bytes
+    /// (`None` where /proc cannot reset it).
+    fn reset_peak_rss() -> Option<()> {
+        std::fs::write("/proc/self/clear_refs", "5").ok()
+    }
+
+    fn peak_rss() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let l = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+
+    #[test]
+    fn a_compressed_push_claiming_more_values_than_the_key_is_refused_before_allocating() {
+        let (mut s, out) = (server(1, true), Rec::default());
+        let cmd = Message {
+            head: Command::SetGradientCompression.head(),
+            request: true,
+            simple_app: true,
+            timestamp: 0,
+            sender: 9,
+            body: b"2,0.5".to_vec(), // 1-bit, threshold 0.5
+            ..Message::default()
+        };
+        handle(&mut s, &out, cmd);
+        handle(&mut s, &out, push_f32(0, 1, 3, &[1.0; 4], false));
+        assert!(out.take().iter().all(|m| reply_error(m).is_none()));
+        let compressed = command_type(RequestType::Compressed, 0);
+        // keys[0] claims 2^29 values of key 3 (4 stored); the 64 MB of words
+        // match the claim. The server made 2 x 2 GB of it before refusing.
+        let n: u64 = 1 << 29;
+        let words = vec![0xffu8; (n / 32 * 4) as usize];
+        let push = req(
+            0,
+            2,
+            compressed,
+            true,
+            false,
+            &[n, 3],
+            &words,
+            &[0, words.len() as i32],
+        );
+        let measured = reset_peak_rss().is_some();
+        let before = peak_rss();
+        handle(&mut s, &out, push);
+        let grown = peak_rss().saturating_sub(before);
+        let r = out.take();
+        let e = reply_error(&r[0]).expect("an error reply");
+        assert_eq!(
+            e.message(),
+            "The value size cannot be changed 2147483648. Key is 3 (a compressed push of 536870912 values; server 0 holds 4 values of it)"
+        );
+        if measured {
+            assert!(
+                grown < 1 << 30,
+                "the refusal grew the peak RSS by {grown} bytes"
+            );
+        } else {
+            eprintln!("(peak RSS not measured: /proc/self/clear_refs is not writable)");
+        }
+        // a key not stored: at most what a push can carry (2^31-1 bytes)
+        let e = {
+            handle(
+                &mut s,
+                &out,
+                req(
+                    0,
+                    3,
+                    compressed,
+                    true,
+                    false,
+                    &[1 << 30, 5],
+                    &[0; 4],
+                    &[0, 4],
+                ),
+            );
+            reply_error(&out.take()[0]).expect("an error reply")
+        };
+        assert_eq!(
+            e.message(),
+            "key 5: a compressed push claiming 1073741824 values was refused: more than a push can carry (2147483647 bytes)"
+        );
+        // a matching compressed push is still taken (1-bit: set bits are +1,
+        // the sum is assigned)
+        handle(
+            &mut s,
+            &out,
+            req(0, 4, compressed, true, true, &[4, 3], &[0xff; 4], &[0, 4]),
+        );
+        let r = out.take();
+        assert!(reply_error(&r[0]).is_none());
+        assert_eq!(f32s(&r[0]), vec![1.0; 4]);
+    }
+
+    fn command_from(sender: i32, ts: i32, cmd: Command, body: &[u8]) -> Message {
+        Message {
+            head: cmd.head(),
+            request: true,
+            simple_app: true,
+            timestamp: ts,
+            sender,
+            body: body.to_vec(),
+            ..Message::default()
+        }
+    }
+
+    #[test]
+    fn requests_from_outside_the_cluster_are_dropped() {
+        let (mut s, out) = (server(2, true), Rec::default());
+        let push = |s: &mut KvServer, sender: i32, ts: i32, v: f32| {
+            let mut m = push_f32(0, ts, 3, &[v; 2], true);
+            m.sender = sender;
+            handle(s, &out, m);
+        };
+        push(&mut s, 9, 0, 0.0);
+        assert_eq!(out.take().len(), 1, "init answered");
+        // a round of key 3: worker 0, a peer with id 13 (no such worker in a
+        // 2-worker cluster), the scheduler, a peer without an identity, worker 1
+        push(&mut s, 9, 1, 1.0);
+        for (i, id) in [13, 1, EMPTY, 8, 10].into_iter().enumerate() {
+            push(&mut s, id, 2 + i as i32, 100.0);
+        }
+        assert!(out.take().is_empty(), "nothing answered, the round waits");
+        assert_eq!(s.running_rounds(), vec![(3, vec![0])]);
+        push(&mut s, 11, 9, 2.0);
+        let r = out.take();
+        assert_eq!(r.iter().map(|m| m.recver).collect::<Vec<_>>(), vec![9, 11]);
+        assert_eq!(f32s(&r[0]), vec![3.0; 2]);
+        assert_eq!(f32s(&r[1]), vec![3.0; 2]);
+        // commands from outside: dropped, unanswered, without effect
+        let body = b"2,0.5";
+        for id in [13, 1, EMPTY] {
+            for (cmd, b) in [
+                (Command::SetGradientCompression, &body[..]),
+                (Command::StopServer, b""),
+                (Command::Controller, b"x"),
+                (Command::SyncMode, b""),
+            ] {
+                let mut called = false;
+                let mut controller = |_: i32, _: &[u8]| -> Result<()> {
+                    called = true;
+                    Ok(())
+                };
+                let flow = s.handle(command_from(id, 10, cmd, b), &out, &mut controller);
+                assert_eq!(flow, Flow::Continue, "{cmd:?} from {id}");
+                assert!(!called, "the controller ran for {id}");
+            }
+        }
+        assert!(out.take().is_empty());
+        assert_eq!(s.compression, None);
+        assert_eq!(s.foreign_dropped(), 5 + 12);
+        // worker 1 may send kController, but not what MXNet sends from rank 0
+        let mut ok = |_: i32, _: &[u8]| -> Result<()> { Ok(()) };
+        let flow = s.handle(
+            command_from(11, 11, Command::Controller, b"x"),
+            &out,
+            &mut ok,
+        );
+        assert_eq!(flow, Flow::Continue);
+        assert!(reply_error(&out.take()[0]).is_none());
+        for cmd in [
+            Command::StopServer,
+            Command::SyncMode,
+            Command::SetGradientCompression,
+        ] {
+            let flow = s.handle(command_from(11, 12, cmd, body), &out, &mut ok);
+            assert_eq!(flow, Flow::Continue);
+            let e = reply_error(&out.take()[0]).expect("an error reply");
+            assert!(
+                e.message()
+                    .contains("is sent by worker 0 only; refused from worker 1 (id 11)"),
+                "{e}"
+            );
+        }
+        assert_eq!(s.compression, None);
+        // worker 0 stops the server
+        let flow = s.handle(command_from(9, 13, Command::StopServer, b""), &out, &mut ok);
+        assert_eq!(flow, Flow::Stop);
+        assert!(reply_error(&out.take()[0]).is_none());
     }
 
     #[test]
