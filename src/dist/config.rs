@@ -66,14 +66,31 @@ fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
     })
 }
 
+/// The longest duration a variable may give, seconds (ten years): every
+/// deadline is an `Instant` plus such a duration (or a small multiple),
+/// which must not overflow. Longer values are refused, naming the variable.
+pub const MAX_SECONDS: f64 = 10.0 * 365.25 * 86400.0;
+
 fn seconds(name: &str, value: &str) -> Result<Duration> {
     let s: f64 = parse(name, value)?;
-    if !(s.is_finite() && s >= 0.0) {
+    if !(s.is_finite() && (0.0..=MAX_SECONDS).contains(&s)) {
         return Err(Error::usage(format!(
-            "environment variable {name}={value:?} must be a number of seconds >= 0"
+            "environment variable {name}={value:?} must be a number of seconds from 0 to {MAX_SECONDS} (ten years)"
         )));
     }
     Ok(Duration::from_secs_f64(s))
+}
+
+/// A number of milliseconds, at most [`MAX_SECONDS`] seconds.
+fn millis(name: &str, value: &str) -> Result<Duration> {
+    let ms: u64 = parse(name, value)?;
+    if ms as f64 > MAX_SECONDS * 1000.0 {
+        return Err(Error::usage(format!(
+            "environment variable {name}={value:?} must be a number of milliseconds from 0 to {} (ten years)",
+            MAX_SECONDS * 1000.0
+        )));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 impl Config {
@@ -174,12 +191,10 @@ impl Config {
             heartbeat_interval: opt_secs("PS_HEARTBEAT_INTERVAL")?,
             heartbeat_timeout: opt_secs("PS_HEARTBEAT_TIMEOUT")?,
             resend: flag("PS_RESEND")?,
-            resend_timeout: Duration::from_millis(
-                get("PS_RESEND_TIMEOUT")
-                    .map(|v| parse("PS_RESEND_TIMEOUT", &v))
-                    .transpose()?
-                    .unwrap_or(1000),
-            ),
+            resend_timeout: get("PS_RESEND_TIMEOUT")
+                .map(|v| millis("PS_RESEND_TIMEOUT", &v))
+                .transpose()?
+                .unwrap_or(Duration::from_millis(1000)),
             water_mark: get("DMLC_PS_WATER_MARK")
                 .map(|v| parse("DMLC_PS_WATER_MARK", &v))
                 .transpose()?,
@@ -397,6 +412,48 @@ mod tests {
             .unwrap_err()
             .message()
             .contains("Unsupported van type: ibverbs"));
+    }
+
+    /// Durations that would overflow an `Instant` (or panic converting to
+    /// a `Duration`) are refused with the variable's name; ten years pass.
+    #[test]
+    fn huge_durations_are_refused_naming_the_variable() {
+        for name in [
+            "MXKV_TIMEOUT_S",
+            "PS_HEARTBEAT_INTERVAL",
+            "PS_HEARTBEAT_TIMEOUT",
+        ] {
+            for bad in ["1e20", "1e19", "315576001", "inf", "NaN", "-1"] {
+                let mut v = BASE.to_vec();
+                v.push((name, bad));
+                let e = cfg(&v).unwrap_err();
+                assert_eq!(e.kind(), crate::error::ErrorKind::Usage, "{name}={bad}");
+                assert!(e.message().contains(name), "{name}={bad}: {e}");
+            }
+            let mut v = BASE.to_vec();
+            v.push((name, "315576000"));
+            let c = cfg(&v).unwrap();
+            let d = Duration::from_secs(315_576_000);
+            assert_eq!(
+                [c.timeout, c.heartbeat_interval, c.heartbeat_timeout]
+                    .iter()
+                    .filter(|x| **x == d)
+                    .count(),
+                1
+            );
+            // the largest accepted value still makes a deadline
+            assert!(std::time::Instant::now().checked_add(d * 4).is_some());
+        }
+        let mut v = BASE.to_vec();
+        v.push(("PS_RESEND_TIMEOUT", "18446744073709551615"));
+        let e = cfg(&v).unwrap_err();
+        assert!(e.message().contains("PS_RESEND_TIMEOUT"), "{e}");
+        let mut v = BASE.to_vec();
+        v.push(("PS_RESEND_TIMEOUT", "315576000000"));
+        assert_eq!(
+            cfg(&v).unwrap().resend_timeout,
+            Duration::from_secs(315_576_000)
+        );
     }
 
     #[test]
