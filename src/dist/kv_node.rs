@@ -5,7 +5,7 @@
 
 use super::kv::Transport;
 use super::message::Message;
-use super::postoffice::{Customer, Postoffice};
+use super::postoffice::{Customer, Postoffice, SCHEDULER};
 use super::server::{Controller, Flow, KvServer, ServerConfig, ServerEvent};
 use super::worker::{KvWorker, WorkerConfig};
 use crate::error::{Error, Result};
@@ -120,7 +120,10 @@ pub fn server_for(po: &Postoffice) -> KvServer {
 ///
 /// Beyond MXNet (whose server then waits forever): once every worker is
 /// lost, nobody is left to send `kStopServer`, and `serve` fails naming
-/// every peer lost, in order (the first is the cause).
+/// every peer lost, in order (the first is the cause). It also fails, naming
+/// the scheduler, when the scheduler is lost: the scheduler leaves only
+/// once the job is over (or broken), and a worker that froze with its
+/// connections open would otherwise keep the server waiting forever.
 pub fn serve(
     po: &Arc<Postoffice>,
     server: &mut KvServer,
@@ -167,6 +170,13 @@ pub fn serve(
                     continue;
                 }
                 shared.lock().on_peer_lost(id, &e, &out);
+                if id == SCHEDULER {
+                    break Err(Error::peer_lost(format!(
+                        "server {}: lost the scheduler (id {SCHEDULER}), so the job is over: {}",
+                        cfg.rank,
+                        e.message()
+                    )));
+                }
                 lost.push((id, e));
                 let is_worker = |id: i32| id >= 9 && id % 2 == 1;
                 if lost.iter().filter(|(p, _)| is_worker(*p)).count() >= cfg.num_workers {
@@ -196,6 +206,7 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dist::config::Config;
     use crate::dist::keys::Command;
     use crate::dist::message::Role;
     use crate::dist::postoffice::WORKER_GROUP;
@@ -284,5 +295,49 @@ mod tests {
             s.join().unwrap().unwrap();
         }
         sched.join().unwrap();
+    }
+
+    /// A worker that stays connected but does nothing (frozen) must not keep
+    /// a server alive once the scheduler is gone: 2 workers, 1 server;
+    /// worker 0 leaves abruptly, so the scheduler fails and exits; worker 1
+    /// keeps its connections open. `serve` then ends with an error naming
+    /// the scheduler (before the fix it waited forever).
+    #[test]
+    fn serve_ends_when_the_scheduler_is_lost() {
+        let cfg = |role, port| Config::local(role, port, 2, 1, Duration::from_secs(20));
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+        let port = sched.port();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let r = (|| -> Result<()> {
+                let po = Postoffice::start(cfg(Role::Server, port))?;
+                let mut s = server_for(&po);
+                let r = serve(&po, &mut s, &mut |_, _| Ok(()));
+                po.stop();
+                r
+            })();
+            let _ = tx.send(r);
+        });
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || Postoffice::start(cfg(Role::Worker, port)).unwrap())
+            })
+            .collect();
+        let pos: Vec<Arc<Postoffice>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let (w0, w1) = if pos[0].my_rank() == 0 {
+            (&pos[0], &pos[1])
+        } else {
+            (&pos[1], &pos[0])
+        };
+        w0.stop();
+        // the scheduler fails on the lost worker and exits
+        assert!(sched.join().is_err());
+        let r = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the server still serves after losing the scheduler");
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::PeerLost, "{e}");
+        assert!(e.message().contains("scheduler"), "{e}");
+        w1.stop();
     }
 }
