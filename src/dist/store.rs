@@ -60,6 +60,8 @@ struct WorkerSide {
     barrier_before_exit: AtomicBool,
     closed: Mutex<Option<Result<()>>>,
     compressed: AtomicBool,
+    /// Held by an init from its checks until its keys are registered.
+    init_lock: Mutex<()>,
 }
 
 /// The server or scheduler side: nothing runs before `run_server`.
@@ -137,6 +139,7 @@ impl DistStore {
             barrier_before_exit: AtomicBool::new(true),
             closed: Mutex::new(None),
             compressed: AtomicBool::new(false),
+            init_lock: Mutex::new(()),
         };
         if sync && side.po.my_rank() == 0 {
             if let Err(e) = side.w.command(Command::SyncMode.head(), b"") {
@@ -201,6 +204,16 @@ impl WorkerSide {
         self.table.read()[&id].clone()
     }
 
+    /// MXNet's `InitImpl`: rank 0 sends each key's first value, then every
+    /// worker waits at the workers' barrier. All or nothing, on every rank
+    /// alike: everything that can be checked locally (key type, counts,
+    /// dtypes, storage, duplicates, empty values, each key's server
+    /// placement and layout) is checked on every rank before anything is
+    /// sent or the barrier entered, so a refused init fails on every rank
+    /// and the ranks' barriers stay paired. The keys are registered only
+    /// once the init succeeded; when rank 0's sending fails after those
+    /// checks (a server refused it, or is lost), rank 0 still takes part in
+    /// the barrier, registers nothing and returns the error.
     fn init(&self, keys: Keys<'_>, vals: &[NDArray]) -> Result<()> {
         self.check_open()?;
         self.kind.check(keys.kind())?;
@@ -218,6 +231,9 @@ impl WorkerSide {
                 keys.show(i)
             );
         }
+        // one init at a time: the checks below hold until the keys are
+        // registered (string keys draw their numbers here)
+        let _one = self.init_lock.lock();
         // ids: string keys get the next numbers, in call order
         let ids: Vec<i32> = match keys {
             Keys::Int(k) => k.to_vec(),
@@ -255,6 +271,32 @@ impl WorkerSide {
                 return Err(duplicate(&id.to_string()));
             }
         }
+        let items: Vec<(i32, &NDArray)> = ids.iter().copied().zip(vals).collect();
+        // what only rank 0 encodes, checked on every rank
+        for (i, item) in items.iter().enumerate() {
+            self.w
+                .check_init(std::slice::from_ref(item))
+                .map_err(|e| match keys {
+                    Keys::Str(_) => Error::with_kind(
+                        e.kind(),
+                        format!(
+                            "{} (key {} is number {})",
+                            e.message(),
+                            keys.show(i),
+                            item.0
+                        ),
+                    ),
+                    Keys::Int(_) => e,
+                })?;
+        }
+        let sent = if self.po.my_rank() == 0 {
+            self.w.init(&items)
+        } else {
+            Ok(())
+        };
+        let barrier = self.po.barrier(CUSTOMER, WORKER_GROUP);
+        sent?;
+        barrier?;
         let comm_keys: Vec<Arc<CommKey>> = vals.iter().map(CommKey::new).collect();
         self.comm.init(&comm_keys);
         if let Keys::Str(k) = keys {
@@ -263,25 +305,19 @@ impl WorkerSide {
                 names.register(s);
             }
         }
-        {
-            let mut table = self.table.write();
-            for ((id, v), comm) in ids.iter().zip(vals).zip(comm_keys) {
-                table.insert(
-                    *id,
-                    KeyInfo {
-                        shape: v.shape().clone(),
-                        dtype: v.dtype(),
-                        stype: v.stype(),
-                        comm,
-                    },
-                );
-            }
+        let mut table = self.table.write();
+        for ((id, v), comm) in ids.iter().zip(vals).zip(comm_keys) {
+            table.insert(
+                *id,
+                KeyInfo {
+                    shape: v.shape().clone(),
+                    dtype: v.dtype(),
+                    stype: v.stype(),
+                    comm,
+                },
+            );
         }
-        if self.po.my_rank() == 0 {
-            let items: Vec<(i32, &NDArray)> = ids.iter().copied().zip(vals).collect();
-            self.w.init(&items)?;
-        }
-        self.po.barrier(CUSTOMER, WORKER_GROUP)
+        Ok(())
     }
 
     /// `comm_->Reduce`: one value per distinct key.
@@ -946,5 +982,137 @@ mod tests {
         );
         assert_eq!(s.group_size(), 2);
         s.close().unwrap();
+    }
+
+    /// A 2-worker cluster on 127.0.0.1 of `servers` servers (deadline 10 s):
+    /// runs `f(rank, store, node)` on each worker, then closes the store;
+    /// returns the results by rank.
+    fn two_workers<T: Send + 'static>(
+        servers: usize,
+        f: impl Fn(usize, &DistStore, &Arc<Postoffice>) -> Result<T> + Send + Sync + 'static,
+    ) -> Vec<Result<T>> {
+        let cfg = move |role, port| {
+            Config::local(role, port, 2, servers, std::time::Duration::from_secs(10))
+        };
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+        let port = sched.port();
+        let servers: Vec<_> = (0..servers)
+            .map(|_| {
+                std::thread::spawn(move || -> Result<()> {
+                    DistStore::new(b"dist_sync".to_vec(), cfg(Role::Server, port))?
+                        .run_server(&mut |_, _| {})
+                })
+            })
+            .collect();
+        let f = Arc::new(f);
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let f = f.clone();
+                std::thread::spawn(move || -> (usize, Result<T>) {
+                    let po = match Postoffice::start(cfg(Role::Worker, port)) {
+                        Ok(po) => po,
+                        Err(e) => return (usize::MAX, Err(e)),
+                    };
+                    let rank = po.my_rank();
+                    let r = DistStore::worker_on(b"dist_sync".to_vec(), po.clone()).and_then(|s| {
+                        let r = f(rank, &s, &po)?;
+                        s.close()?;
+                        Ok(r)
+                    });
+                    po.stop();
+                    (rank, r)
+                })
+            })
+            .collect();
+        let mut out: Vec<(usize, Result<T>)> =
+            workers.into_iter().map(|w| w.join().unwrap()).collect();
+        out.sort_by_key(|(r, _)| *r);
+        for s in servers {
+            let _ = s.join().unwrap();
+        }
+        let _ = sched.join();
+        out.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// What only rank 0 encodes and sends is checked on every rank: a key
+    /// MXNet's 32-bit key -> server mapping cannot place (3 servers) and a
+    /// value without elements fail on both ranks (rank 1 used to succeed and
+    /// wait at a barrier rank 0 never entered), register nothing (a retry
+    /// used to say "duplicate init"), and the ranks stay paired.
+    #[test]
+    fn an_init_refused_locally_fails_on_every_rank_and_registers_nothing() {
+        let res = two_workers(3, |rank, s, _| {
+            let e = s
+                .init(Keys::Int(&[215330]), &[f32s(&[1.0; 3])])
+                .unwrap_err();
+            assert!(e.message().contains("cannot be placed"), "rank {rank}: {e}");
+            let e = s
+                .init(Keys::Int(&[215330]), &[f32s(&[1.0; 3])])
+                .unwrap_err();
+            assert!(e.message().contains("cannot be placed"), "rank {rank}: {e}");
+            let empty = NDArray::zeros(Shape(vec![0]), DType::F32, Context::CPU0)?;
+            let e = s
+                .init(Keys::Int(&[1, 2]), &[f32s(&[1.0; 3]), empty])
+                .unwrap_err();
+            assert!(
+                e.message()
+                    .contains("key 2: a value of shape [0] holds no elements"),
+                "rank {rank}: {e}"
+            );
+            let e = s.push(Keys::Int(&[1]), &[f32s(&[1.0; 3])], 0).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::NotInited, "{e}");
+            // the refused keys can be inited now
+            s.init(Keys::Int(&[1]), &[f32s(&[0.0; 3])])?;
+            s.push(Keys::Int(&[1]), &[f32s(&[rank as f32 + 1.0; 3])], 0)?;
+            let out = f32s(&[0.0; 3]);
+            s.pull(Keys::Int(&[1]), std::slice::from_ref(&out), 0, true)?;
+            Ok(out.to_f64_vec())
+        });
+        for r in res {
+            assert_eq!(r.unwrap(), vec![3.0; 3]);
+        }
+    }
+
+    /// When the server refuses rank 0's init (key 9 is a row_sparse key on
+    /// the server: another customer of rank 0's node inited it), rank 0
+    /// still takes part in the init barrier, so the next init and a sync
+    /// round pair up (they used to pair with the wrong barrier and time
+    /// out), and rank 0 registers nothing.
+    #[test]
+    fn a_server_refused_init_keeps_the_ranks_paired() {
+        let res = two_workers(1, |rank, s, po| {
+            if rank == 0 {
+                let raw = kv_node::worker_on(po, 1);
+                let data = NDArray::from_bytes(
+                    Shape(vec![2, 2]),
+                    DType::F32,
+                    Context::CPU0,
+                    bytemuck::cast_slice(&[1.0f32; 4]),
+                )?;
+                let rsp = NDArray::row_sparse(Shape(vec![2, 2]), Context::CPU0, data, &[0, 1])?;
+                raw.init(&[(9, &rsp)])?;
+            }
+            let refused = s.init(Keys::Int(&[9]), &[f32s(&[1.0; 4])]).err();
+            if rank == 0 {
+                let e = s.push(Keys::Int(&[9]), &[f32s(&[1.0; 4])], 0).unwrap_err();
+                assert_eq!(e.kind(), crate::error::ErrorKind::NotInited, "{e}");
+            }
+            s.init(Keys::Int(&[10]), &[f32s(&[0.0; 3])])?;
+            s.push(Keys::Int(&[10]), &[f32s(&[rank as f32 + 1.0; 3])], 0)?;
+            let out = f32s(&[0.0; 3]);
+            s.pull(Keys::Int(&[10]), std::slice::from_ref(&out), 0, true)?;
+            Ok((refused.map(|e| e.message().to_string()), out.to_f64_vec()))
+        });
+        let (e0, v0) = res[0].as_ref().unwrap();
+        assert!(
+            e0.as_deref()
+                .unwrap_or("")
+                .contains("row_sparse key on this server"),
+            "{e0:?}"
+        );
+        assert_eq!(v0, &vec![3.0; 3]);
+        let (e1, v1) = res[1].as_ref().unwrap();
+        assert_eq!(e1, &None);
+        assert_eq!(v1, &vec![3.0; 3]);
     }
 }

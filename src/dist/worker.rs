@@ -408,7 +408,14 @@ impl KvWorker {
             st.last_push.remove(&key);
         }
         match st.push_errors.remove(&key) {
-            Some(e) => Err(e),
+            // reported by a later call: say whose error it is
+            Some(e) => Err(Error::with_kind(
+                e.kind(),
+                format!(
+                    "an earlier push of key {key} failed (reported by the next call on the key): {}",
+                    e.message()
+                ),
+            )),
             None => Ok(()),
         }
     }
@@ -618,20 +625,90 @@ impl KvWorker {
         Ok(())
     }
 
+    /// Checks, without sending or remembering anything, that [`Self::init`]
+    /// can encode `items`: float dtypes, values holding elements, each key's
+    /// server placement and byte layout (`EncodeDefaultKey`,
+    /// `EncodeCompressedKey`, `EncodeRowSparseKey`, on a scratch encoder).
+    /// Every rank calls it before its init barrier, so that what only
+    /// rank 0 encodes and sends fails on every rank alike.
+    pub fn check_init(&self, items: &[(i32, &NDArray)]) -> Result<()> {
+        let mut enc = KeyEncoder::new(self.cfg.num_servers, self.cfg.bigarray_bound);
+        let compression = self.compression();
+        for &(key, value) in items {
+            let dtype = value.dtype();
+            check_float(key, dtype)?;
+            let n = value.size();
+            ensure!(
+                n > 0,
+                "key {key}: a value of shape {} holds no elements and cannot be stored in a distributed store (MXNet cannot create such an array: shape inference fails on a zero dimension)",
+                value.shape()
+            );
+            match value.stype() {
+                StorageType::Default => match compression {
+                    None => {
+                        enc.encode_default(key, n, dtype.size())?;
+                    }
+                    Some(c) => {
+                        ensure!(
+                            dtype == DType::F32,
+                            "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
+                            dtype.name()
+                        );
+                        let factor = c.kind.values_per_word();
+                        // builds (and checks) the push and the pull layout
+                        enc.encode_compressed(key, n, false, 4, factor)?;
+                    }
+                },
+                StorageType::RowSparse => {
+                    ensure!(
+                        compression.is_none(),
+                        "Gradient compression for row sparse storage type is not supported (key {key})"
+                    );
+                    value.check_row_sparse()?;
+                    let total = value.shape().dims()[0];
+                    // the first and the last row: the key's servers and the
+                    // largest row offset (`encode_push` sends every row)
+                    let rows: Vec<i64> = if total > 1 { vec![0, total - 1] } else { vec![0] };
+                    enc.encode_row_sparse(
+                        key,
+                        &rows,
+                        value.row_len(),
+                        total as usize,
+                        dtype.size(),
+                    )?;
+                }
+                _ => bail!(
+                    "key {key}: only dense and row_sparse values can be pushed to a distributed store"
+                ),
+            }
+        }
+        Ok(())
+    }
+
     /// The first push of each key (`Init` on rank 0): sent uncompressed
     /// (with the compressed keys' server layout), row_sparse values with
-    /// every row; waits until every server stored it.
+    /// every row; waits until every server stored it. Nothing is sent when
+    /// [`Self::check_init`] refuses any of `items`.
     pub fn init(&self, items: &[(i32, &NDArray)]) -> Result<()> {
+        self.check_init(items)?;
         let mut sent = Vec::new();
+        let mut first = None;
         for &(key, value) in items {
-            self.wait_push(key)?;
-            let (pskv, cmd, vals) = self.encode_push(key, value, true)?;
-            let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
-            let ts = self.issue(format!("init of key {key}"), None, msgs, src)?;
-            sent.push(ts);
+            let issued = self.wait_push(key).and_then(|()| {
+                let (pskv, cmd, vals) = self.encode_push(key, value, true)?;
+                let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
+                self.issue(format!("init of key {key}"), None, msgs, src)
+            });
+            match issued {
+                Ok(ts) => sent.push(ts),
+                Err(e) => {
+                    // the keys already sent are still waited for
+                    first = Some(e);
+                    break;
+                }
+            }
         }
         let deadline = Instant::now() + self.cfg.timeout;
-        let mut first = None;
         for ts in sent {
             if let Err(e) = self.wait_until(ts, deadline) {
                 first.get_or_insert(e);
@@ -860,4 +937,76 @@ fn assemble(key: i32, pskv: &Pskv, mut replies: Vec<KvPairs>, dest: Dest<'_>) ->
 /// Whether an error came from a deadline (for callers that retry).
 pub fn is_timeout(e: &Error) -> bool {
     e.kind() == ErrorKind::Timeout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kv_cluster_tests::{Cluster, Opts};
+    use crate::error::ErrorKind;
+    use crate::ndarray::{Context, NDArray, Shape};
+    use crate::test_util::f32s;
+
+    /// An init refused for one of its keys sends none of them: a key whose
+    /// value holds no elements is refused before key 1 goes out (it used to
+    /// be stored on the server while the call failed).
+    #[test]
+    fn an_init_refused_for_one_key_sends_none() {
+        let c = Cluster::start(Opts {
+            workers: 1,
+            servers: 3,
+            ..Opts::default()
+        });
+        let w = &c.workers[0];
+        let empty = NDArray::zeros(
+            Shape(vec![3, 0]),
+            crate::ndarray::dtype::DType::F32,
+            Context::CPU0,
+        )
+        .unwrap();
+        let e = w.init(&[(1, &f32s(&[5.0; 2])), (2, &empty)]).unwrap_err();
+        assert!(e.message().contains("key 2"), "{e}");
+        assert!(e.message().contains("holds no elements"), "{e}");
+        let e = w.pull(&[(1, &f32s(&[0.0; 2]))]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotInited, "{e}");
+        // a key MXNet's 32-bit key -> server mapping cannot place (with 3
+        // servers) is refused the same way
+        let e = w
+            .init(&[(4, &f32s(&[5.0; 2])), (215330, &f32s(&[5.0; 2]))])
+            .unwrap_err();
+        assert!(e.message().contains("cannot be placed"), "{e}");
+        let e = w.pull(&[(4, &f32s(&[0.0; 2]))]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotInited, "{e}");
+        // the refused keys can be inited afterwards
+        w.init(&[(1, &f32s(&[5.0; 2]))]).unwrap();
+        let out = f32s(&[0.0; 2]);
+        w.pull(&[(1, &out)]).unwrap();
+        assert_eq!(out.to_f64_vec(), vec![5.0; 2]);
+        c.stop();
+    }
+
+    /// An async server without an updater refuses a push; the next call on
+    /// the key reports it, saying it is an earlier push's error.
+    #[test]
+    fn an_earlier_push_error_says_it_is_an_earlier_push() {
+        let c = Cluster::start(Opts {
+            workers: 1,
+            servers: 1,
+            sync: false,
+            ..Opts::default()
+        });
+        let w = &c.workers[0];
+        w.init(&[(3, &f32s(&[1.0; 4]))]).unwrap();
+        w.push(&[(3, &f32s(&[1.0; 4]))]).unwrap();
+        let e = w.pull(&[(3, &f32s(&[0.0; 4]))]).unwrap_err();
+        assert!(
+            e.message().contains("an earlier push of key 3 failed"),
+            "{e}"
+        );
+        assert!(e.message().contains("Updater needs to be set"), "{e}");
+        // reported once: the pull itself goes through now
+        let out = f32s(&[0.0; 4]);
+        w.pull(&[(3, &out)]).unwrap();
+        assert_eq!(out.to_f64_vec(), vec![1.0; 4]);
+        c.stop();
+    }
 }
