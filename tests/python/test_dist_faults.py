@@ -338,6 +338,33 @@ def frames(*parts):
                     for i, p in enumerate(parts))
 
 
+def pb_varint(n):
+    out = b''
+    while True:
+        b, n = n & 0x7f, n >> 7
+        if not n:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def ps_meta(head, request=True, push=False, pull=False, simple_app=False, body=None,
+            timestamp=0, data_type=None):
+    """ps-lite's Meta protobuf as MXNet's workers send it (app 0, customer 0)."""
+    def field(tag, v):
+        return pb_varint(tag << 3) + pb_varint(v)
+
+    def blob(tag, b):
+        return pb_varint(tag << 3 | 2) + pb_varint(len(b)) + b
+    m = field(1, head)
+    if body is not None:
+        m += blob(2, body)
+    m += field(4, int(request)) + field(5, int(push)) + field(6, int(simple_app))
+    m += field(7, 0) + field(8, timestamp)
+    if data_type is not None:
+        m += blob(9, b''.join(pb_varint(x) for x in data_type))
+    return m + field(10, 0) + field(12, int(pull))
+
+
 # --- the cases ----------------------------------------------------------------------------
 
 def kill_and_scheduler_reports(c, label, lost):
@@ -470,6 +497,49 @@ def test_garbage_and_half_open_connections_are_dropped_and_the_cluster_goes_on(c
         assert 'rank %d round 3 done' % r in out and 'rank %d closed' % r in out, out
     for label in ('server 0', 'scheduler'):
         assert 'Error' not in c[label].output(), c.report()
+
+
+def test_requests_from_outside_the_cluster_are_dropped(cluster):
+    """after round 0 the workers wait; meanwhile ZeroMQ peers that are no workers of this
+    2-worker cluster (identities ps13, ps15, ps99) send server 0 what a real worker sends: a
+    push of key 3 (100s), kStopServer, kSetGradientCompression. The server drops each, with
+    one log line per sender, and the workers go on: 4 rounds of exact sums (the push would
+    have been counted in round 1, kStopServer would have ended the serving), a clean
+    shutdown, every node exits 0"""
+    c = cluster(2, 1, env={'T_ROUNDS': '4', 'T_WAIT_AFTER': '0'})
+    c.start_all(stdin=True)
+    for r in (0, 1):
+        c['worker %d' % r].wait_line(r'^rank %d waiting$' % r)
+    push = ps_meta(0, push=True, timestamp=1, data_type=[8, 11, 3])
+    sends = [
+        (b'ps13', frames(push, struct.pack('<Q', 3), struct.pack('<12f', *[100.0] * 12),
+                         struct.pack('<i', 48))),
+        (b'ps15', frames(ps_meta(2, simple_app=True, timestamp=2))),
+        (b'ps99', frames(ps_meta(4, simple_app=True, body=b'2,0.5', timestamp=3))),
+    ]
+    keep = []
+    try:
+        for identity, data in sends:
+            z = zmtp_peer(c.port('server 0'), identity)
+            keep.append(z)
+            z.sendall(data)
+        server = c['server 0']
+        for what, id in (('data request', 13), (r'command kStopServer \(2\)', 15),
+                         (r'command kSetGradientCompression \(4\)', 99)):
+            server.wait_line(r'^\[mxkv server\] server 0 dropped a %s from node id %d: not a '
+                             r'worker of this cluster \(workers: ids 9\.\.=11\)' % (what, id))
+        for r in (0, 1):
+            c['worker %d' % r].send('go\n')
+        for label in ('worker 0', 'worker 1', 'server 0', 'scheduler'):
+            code = c[label].wait_exit()
+            assert code == 0, '%s exited %d:\n%s' % (label, code, c.report())
+    finally:
+        for s in keep:
+            s.close()
+    for r in (0, 1):
+        out = c['worker %d' % r].output()
+        assert 'rank %d round 3 done' % r in out and 'rank %d closed' % r in out, out
+    assert len(re.findall(r'dropped a', c['server 0'].output())) == 3, c.report()
 
 
 def test_a_worker_frozen_mid_round_is_lost_by_heartbeat(cluster):
