@@ -984,7 +984,7 @@ impl Postoffice {
             let theirs = ctl.nodes.iter().filter(|n| n.role == role).count();
             if theirs != mine {
                 let e = Error::usage(format!(
-                    "{var} is {mine} on this {} but {theirs} on the scheduler (its cluster has {theirs} {role}s): start every node with the same {var}",
+                    "{var} is {mine} on this {} but {theirs} on the scheduler: start every node with the same {var}",
                     my.role
                 ));
                 eprintln!("[mxkv {}] {e}", self.config.role);
