@@ -126,9 +126,17 @@ impl Comm {
         *self.compression.write() = Some(params);
     }
 
-    /// Pushes are compressed: a device comm with compression set.
-    pub fn compressed(&self) -> bool {
-        self.device && self.compression.read().is_some()
+    /// The compression pushes get now: set on a device comm, else `None`.
+    /// A push reads it once, checks its values against it and reduces with
+    /// it ([`Comm::check_with`], [`Comm::reduce`], [`Comm::reduce_into`]), so
+    /// compression switched on meanwhile from another thread never meets
+    /// values checked without it.
+    pub fn compression(&self) -> Option<CompressionParams> {
+        if self.device {
+            *self.compression.read()
+        } else {
+            None
+        }
     }
 
     fn order(&self) -> SumOrder {
@@ -143,6 +151,17 @@ impl Comm {
     /// shape, the first value's dtype, no sum of bools, and what compression
     /// refuses. `name` is the key as the caller wrote it.
     pub fn check(&self, name: &str, key: &CommKey, vals: &[&NDArray]) -> Result<()> {
+        self.check_with(name, key, vals, self.compression())
+    }
+
+    /// [`Comm::check`] against the compression `gc` (read once for the push).
+    pub fn check_with(
+        &self,
+        name: &str,
+        key: &CommKey,
+        vals: &[&NDArray],
+        gc: Option<CompressionParams>,
+    ) -> Result<()> {
         for v in vals {
             ensure!(
                 v.shape() == &key.shape,
@@ -164,7 +183,7 @@ impl Comm {
             "Unknown type enum 7: bool values of key {} cannot be summed",
             name
         );
-        if self.compressed() {
+        if gc.is_some() {
             for v in vals {
                 ensure!(
                     v.stype() == StorageType::Default,
@@ -232,13 +251,16 @@ impl Comm {
     /// Combines the (checked) values pushed for one key into one: MXNet's
     /// `Reduce`. A single value is returned as given (a row_sparse one on
     /// `local` as a copy on `cpu_pinned(0)`); a dense sum is the key's merge
-    /// buffer, valid until the next reduce of the key.
-    pub fn reduce(&self, key: &CommKey, vals: &[&NDArray]) -> Result<NDArray> {
-        if self.device {
-            let gc = *self.compression.read();
-            if let Some(gc) = gc {
-                return self.reduce_compressed(key, vals, gc);
-            }
+    /// buffer, valid until the next reduce of the key. `gc`: the compression
+    /// the values were checked against.
+    pub fn reduce(
+        &self,
+        key: &CommKey,
+        vals: &[&NDArray],
+        gc: Option<CompressionParams>,
+    ) -> Result<NDArray> {
+        if let Some(gc) = gc {
+            return self.reduce_compressed(key, vals, gc);
         }
         if vals[0].stype() == StorageType::RowSparse {
             // The first value decides: sum as row_sparse.
@@ -271,7 +293,7 @@ impl Comm {
             return Ok(vals[0].clone());
         }
         let _serial = key.serial.lock();
-        let merged = self.reduce(key, vals)?;
+        let merged = self.reduce(key, vals, self.compression())?;
         merged.copy_to_ctx(merged.ctx())
     }
 
@@ -280,15 +302,17 @@ impl Comm {
     /// pass less and no merge buffer. `outs` (of the key) are written in
     /// the same pass when they can be. `None`: not applicable (compressed,
     /// one value, or the first value's storage type is not `stored`'s);
-    /// `Some(wrote_outs)`.
+    /// `Some(wrote_outs)`. `gc`: the compression the values were checked
+    /// against.
     pub fn reduce_into(
         &self,
         key: &CommKey,
         vals: &[&NDArray],
         stored: &NDArray,
         outs: &[&NDArray],
+        gc: Option<CompressionParams>,
     ) -> Result<Option<bool>> {
-        if self.compressed() || vals.len() < 2 || vals[0].stype() != stored.stype() {
+        if gc.is_some() || vals.len() < 2 || vals[0].stype() != stored.stype() {
             return Ok(None);
         }
         if stored.stype() == StorageType::RowSparse {
@@ -417,13 +441,13 @@ mod tests {
             let key = CommKey::new(&arr(&[0.0]));
             comm.init([&key]);
             let (a, b, c) = (arr(&[1.0]), arr(&[1e8]), arr(&[-1e8]));
-            let sum = comm.reduce(&key, &[&a, &b, &c]).unwrap();
+            let sum = comm.reduce(&key, &[&a, &b, &c], None).unwrap();
             assert_eq!(get(&sum), vec![want], "device {device}");
             // the merge buffer is reused; what is sent is not
             let x = comm.reduce_to_send(&key, &[&a, &a]).unwrap();
             let y = comm.reduce_to_send(&key, &[&b, &a]).unwrap();
             assert_eq!((get(&x), get(&y)), (vec![2.0], vec![1e8 + 1.0]));
-            assert!(!x.same(&comm.reduce(&key, &[&a, &a]).unwrap()));
+            assert!(!x.same(&comm.reduce(&key, &[&a, &a], None).unwrap()));
         }
     }
 

@@ -284,10 +284,14 @@ impl LocalStore {
         }
         let entries = self.table.entries_for(keys)?;
         let updater = self.updater.get();
+        // Read once: the values are checked and reduced with the same setting.
+        let gc = self.comm.compression();
         if let ([entry], [v]) = (&entries[..], vals) {
             // One key, one value: no grouping.
-            self.comm.check(&entry.name, &entry.comm, &[v])?;
-            return self.push_group(entry, &[v], updater.as_ref(), pulls);
+            self.comm.check_with(&entry.name, &entry.comm, &[v], gc)?;
+            #[cfg(test)]
+            tests::after_checks(self);
+            return self.push_group(entry, &[v], updater.as_ref(), pulls, gc);
         }
         let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
         let groups = group(&ids);
@@ -295,23 +299,28 @@ impl LocalStore {
         for (_, pos) in groups {
             let entry = &entries[pos[0]];
             let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
-            self.comm.check(&entry.name, &entry.comm, &group_vals)?;
+            self.comm
+                .check_with(&entry.name, &entry.comm, &group_vals, gc)?;
             work.push((entry, group_vals));
         }
+        #[cfg(test)]
+        tests::after_checks(self);
         for (entry, group_vals) in work {
-            self.push_group(entry, &group_vals, updater.as_ref(), pulls)?;
+            self.push_group(entry, &group_vals, updater.as_ref(), pulls, gc)?;
         }
         Ok(())
     }
 
     /// Reduces and applies one key's (checked) values; writes and removes
-    /// the key's outputs in `pulls` when that costs no extra pass.
+    /// the key's outputs in `pulls` when that costs no extra pass. `gc`: the
+    /// compression the values were checked against.
     fn push_group(
         &self,
         entry: &Arc<Entry>,
         vals: &[&NDArray],
         updater: Option<&Arc<dyn Updater>>,
         pulls: &mut Vec<(Arc<Entry>, &NDArray)>,
+        gc: Option<CompressionParams>,
     ) -> Result<()> {
         let _serial = entry.update.lock();
         if updater.is_none() {
@@ -320,14 +329,14 @@ impl LocalStore {
                 .filter(|(e, _)| Arc::ptr_eq(e, entry))
                 .map(|(_, o)| *o)
                 .collect();
-            let wrote = if vals.len() == 1 && !self.comm.compressed() {
+            let wrote = if vals.len() == 1 && gc.is_none() {
                 // Assign straight from the pushed value: no merge copy.
                 Some(self.assign(entry, vals[0], &outs)?)
             } else {
                 // Without an updater, a multi-value push is summed straight
                 // into the stored value.
                 self.comm
-                    .reduce_into(&entry.comm, vals, &entry.value(), &outs)?
+                    .reduce_into(&entry.comm, vals, &entry.value(), &outs, gc)?
             };
             if let Some(wrote) = wrote {
                 if wrote {
@@ -336,7 +345,7 @@ impl LocalStore {
                 return Ok(());
             }
         }
-        let merged = self.comm.reduce(&entry.comm, vals)?;
+        let merged = self.comm.reduce(&entry.comm, vals, gc)?;
         self.apply(entry, updater, &merged)
     }
 }
@@ -1016,5 +1025,77 @@ mod tests {
         s.push(Keys::Int(&[9]), &[rsp_value(&[6, 2], &[0], &[7., 7.])], 0)
             .unwrap();
         assert_eq!(stored().0, vec![0]);
+    }
+
+    thread_local! {
+        /// Run by the next push on this thread once its values are checked.
+        static AFTER_CHECKS: std::cell::Cell<Option<fn(&LocalStore)>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// Called by `push_inner` between the checks and the reduce.
+    pub(super) fn after_checks(store: &LocalStore) {
+        if let Some(f) = AFTER_CHECKS.with(|h| h.take()) {
+            f(store)
+        }
+    }
+
+    #[test]
+    fn compression_set_during_a_push_does_not_reach_its_values() {
+        // Another thread switches 2-bit compression on after a push of int32
+        // values passed its checks (which refuse int32 only when compressed):
+        // the push goes on uncompressed, as checked, and the next is refused.
+        fn switch_on(s: &LocalStore) {
+            let p = [("type", "2bit"), ("threshold", "0.5")];
+            let p: Vec<_> = p
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect();
+            s.set_gradient_compression(&p).unwrap();
+        }
+        let i32s = |v: i32| {
+            let b = [v; 4];
+            NDArray::from_bytes(
+                Shape(vec![4]),
+                DType::I32,
+                Context::CPU0,
+                bytemuck::cast_slice(&b),
+            )
+            .unwrap()
+        };
+        let ints = |a: &NDArray| a.read().typed::<i32>().to_vec();
+        for updater in [false, true] {
+            for n in [1usize, 2] {
+                let s = LocalStore::new(b"device".to_vec(), true);
+                s.init(Keys::Int(&[0]), &[i32s(0)]).unwrap();
+                let seen = Arc::new(Mutex::new(Vec::new()));
+                if updater {
+                    let seen = seen.clone();
+                    s.set_updater(Some(Arc::new(
+                        move |_: i32, _: Option<&[u8]>, recv: &NDArray, local: &NDArray| {
+                            seen.lock().push(recv.dtype());
+                            local.copy_from(recv)
+                        },
+                    )));
+                }
+                AFTER_CHECKS.with(|h| h.set(Some(switch_on)));
+                s.push(Keys::Int(&vec![0; n]), &vec![i32s(3); n], 0)
+                    .unwrap();
+                assert!(AFTER_CHECKS.with(|h| h.get()).is_none(), "the hook ran");
+                let out = i32s(-7);
+                s.pull(Keys::Int(&[0]), &[out.clone()], 0, true).unwrap();
+                let what = format!("updater {updater}, {n} values");
+                assert_eq!(ints(&out), vec![3 * n as i32; 4], "{what}");
+                let want_seen = if updater { vec![DType::I32] } else { vec![] };
+                assert_eq!(*seen.lock(), want_seen, "{what}");
+                let e = s.push(Keys::Int(&[0]), &[i32s(3)], 0).unwrap_err();
+                assert!(
+                    e.message()
+                        .contains("Gradient compression is only supported for float32"),
+                    "{what}: {}",
+                    e.message()
+                );
+            }
+        }
     }
 }
