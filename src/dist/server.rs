@@ -31,9 +31,17 @@
 //!   ignored (this library has no profiler).
 //!
 //! Where a real MXNet server aborts (integer dtypes, a pull of a key never
-//! initialised, async mode without an updater, malformed requests) ours
-//! answers the request with an error reply (see [`super::kv`]) and goes on.
+//! initialised, async mode without an updater, malformed requests, a
+//! row_sparse pull of more rows than the table has, a compressed push
+//! claiming another size than the key's) ours answers the request with an
+//! error reply (see [`super::kv`]) and goes on. Requests and commands whose
+//! sender is not a worker of this cluster (ids `9 + 2r`, `r < num_workers`)
+//! are dropped unanswered, each sender logged once on stderr (MXNet's server
+//! aborts on them).
 //! Differences that a real worker can observe:
+//! * `kStopServer`, `kSyncMode` and `kSetGradientCompression` are taken from
+//!   worker 0 only (MXNet's workers send them from rank 0 only; a real
+//!   server would take them from any worker): others get an error reply;
 //! * a round that mixes pushpulls and plain pushes answers every request
 //!   (MXNet answers only the pulls; the plain pushers wait forever);
 //! * a row_sparse key is initialised only from a push of all its rows
