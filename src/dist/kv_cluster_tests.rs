@@ -236,39 +236,13 @@ impl Cluster {
 
     /// kStopServer from worker 0, then the servers' final state.
     pub(super) fn stop(self) -> Vec<KvServer> {
-        self.workers[0]
+        self.stop_via(0)
+    }
+
+    pub(super) fn stop_via(self, rank: usize) -> Vec<KvServer> {
+        self.workers[rank]
             .command(Command::StopServer.head(), b"")
             .unwrap();
-        self.join_servers()
-    }
-
-    /// As [`stop`](Self::stop), from a fresh worker 0 in place of one that
-    /// failed a server in its own view (servers take kStopServer from rank 0
-    /// only, as MXNet's workers send it).
-    pub(super) fn stop_from_fresh_worker_0(self) -> Vec<KvServer> {
-        let port = Port {
-            net: self.net.clone(),
-            me: worker_id(0),
-        };
-        let w = Arc::new(KvWorker::new(
-            WorkerConfig {
-                rank: 0,
-                customer_id: 0,
-                num_servers: self.servers.len(),
-                bigarray_bound: 10,
-                timeout: Duration::from_secs(20),
-            },
-            Arc::new(port),
-        ));
-        self.net
-            .endpoints
-            .lock()
-            .insert(worker_id(0), Endpoint::Worker(Arc::downgrade(&w)));
-        w.command(Command::StopServer.head(), b"").unwrap();
-        self.join_servers()
-    }
-
-    fn join_servers(self) -> Vec<KvServer> {
         self.servers
             .into_iter()
             .map(|h| {
@@ -691,7 +665,7 @@ fn a_lost_server_fails_pending_and_later_requests() {
     // worker 1 completes the round worker 0's push started
     c.workers[1].push(&[(3, &f32s(&[1.0]))]).unwrap();
     c.workers[1].wait_all().unwrap();
-    c.stop_from_fresh_worker_0();
+    c.stop_via(1);
 }
 
 /// A transport whose messages are never answered.
