@@ -39,9 +39,6 @@
 //! are dropped unanswered, each sender logged once on stderr (MXNet's server
 //! aborts on them).
 //! Differences that a real worker can observe:
-//! * `kStopServer`, `kSyncMode` and `kSetGradientCompression` are taken from
-//!   worker 0 only (MXNet's workers send them from rank 0 only; a real
-//!   server would take them from any worker): others get an error reply;
 //! * a round that mixes pushpulls and plain pushes answers every request
 //!   (MXNet answers only the pulls; the plain pushers wait forever);
 //! * a row_sparse key is initialised only from a push of all its rows
@@ -396,23 +393,6 @@ impl KvServer {
         controller: &mut Controller<'_>,
     ) -> Flow {
         let cmd = Command::from_head(msg.head);
-        if let Some(
-            c @ (Command::StopServer | Command::SyncMode | Command::SetGradientCompression),
-        ) = cmd
-        {
-            if msg.sender != worker_id(0) {
-                // MXNet's workers send these from rank 0 only (~KVStoreDist,
-                // KVStore::Create, KVStoreDist::SetGradientCompression)
-                let e = Error::usage(format!(
-                    "server {}: k{c:?} ({}) is sent by worker 0 only; refused from {}",
-                    self.cfg.rank,
-                    msg.head,
-                    node_name(msg.sender)
-                ));
-                self.send(out, error_reply(&msg, &e));
-                return Flow::Continue;
-            }
-        }
         let result = match cmd {
             Some(Command::StopServer) => {
                 let err = Error::usage(format!(
@@ -1625,7 +1605,7 @@ mod tests {
         assert!(out.take().is_empty());
         assert_eq!(s.compression, None);
         assert_eq!(s.foreign_dropped(), 5 + 12);
-        // worker 1 may send kController, but not what MXNet sends from rank 0
+        // any worker may send commands (MXNet's server takes them from any)
         let mut ok = |_: i32, _: &[u8]| -> Result<()> { Ok(()) };
         let flow = s.handle(
             command_from(11, 11, Command::Controller, b"x"),
@@ -1634,21 +1614,14 @@ mod tests {
         );
         assert_eq!(flow, Flow::Continue);
         assert!(reply_error(&out.take()[0]).is_none());
-        for cmd in [
-            Command::StopServer,
-            Command::SyncMode,
-            Command::SetGradientCompression,
-        ] {
-            let flow = s.handle(command_from(11, 12, cmd, body), &out, &mut ok);
-            assert_eq!(flow, Flow::Continue);
-            let e = reply_error(&out.take()[0]).expect("an error reply");
-            assert!(
-                e.message()
-                    .contains("is sent by worker 0 only; refused from worker 1 (id 11)"),
-                "{e}"
-            );
-        }
-        assert_eq!(s.compression, None);
+        let flow = s.handle(
+            command_from(11, 12, Command::SetGradientCompression, body),
+            &out,
+            &mut ok,
+        );
+        assert_eq!(flow, Flow::Continue);
+        assert!(reply_error(&out.take()[0]).is_none());
+        assert!(s.compression.is_some());
         // worker 0 stops the server
         let flow = s.handle(command_from(9, 13, Command::StopServer, b""), &out, &mut ok);
         assert_eq!(flow, Flow::Stop);
