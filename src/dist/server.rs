@@ -202,7 +202,7 @@ fn add_bytes(dtype: DType, acc: &mut [u8], x: &[u8]) {
 fn add_slices<T: Elem>(acc: &mut [T], x: &[T]) {
     use rayon::prelude::*;
     const PAR: usize = 1 << 18;
-    if acc.len() >= 2 * PAR {
+    if acc.len() >= 2 * PAR && crate::ndarray::kernels::parallel() {
         acc.par_chunks_mut(PAR)
             .zip(x.par_chunks(PAR))
             .for_each(|(a, x)| a.iter_mut().zip(x).for_each(|(a, &x)| *a = a.add(x)));
