@@ -10,9 +10,11 @@ LIBDIR  := build/lib
 SO      := target/release/libmxkv.so
 CC      ?= gcc
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Wpedantic -Werror -D_GNU_SOURCE -Iinclude -g -O1
+CXXFLAGS_TEST := -std=c++17 -Wall -Wextra -Wpedantic -Werror -Iinclude -g -O1
 LDLIBS_TEST := -L$(LIBDIR) -lmxkv -Wl,-rpath,$(abspath $(LIBDIR)) -lpthread
 ASAN    := -fsanitize=address,undefined -fno-omit-frame-pointer
-CTESTS  := $(patsubst ctests/%.c,%,$(wildcard ctests/test_*.c))
+CTESTS  := $(patsubst ctests/%.c,%,$(wildcard ctests/test_*.c)) \
+           $(patsubst ctests/%.cc,%,$(wildcard ctests/test_*.cc))
 # MXNet 1.9.1 from the reference venv (found without importing it).
 MXDIR    = $(shell $(PY) -c "import importlib.util,os;print(os.path.dirname(importlib.util.find_spec('mxnet').origin))")
 
@@ -80,6 +82,13 @@ build/ctests/%: ctests/%.c ctests/check.h build
 build/ctests-asan/%: ctests/%.c ctests/check.h build
 	@mkdir -p build/ctests-asan
 	$(CC) $(CFLAGS_TEST) $(ASAN) $< -o $@ $(LDLIBS_TEST)
+# C++ tests (callbacks that throw), with g++
+build/ctests/%: ctests/%.cc build
+	@mkdir -p build/ctests
+	$(CXX) $(CXXFLAGS_TEST) $< -o $@ $(LDLIBS_TEST)
+build/ctests-asan/%: ctests/%.cc build
+	@mkdir -p build/ctests-asan
+	$(CXX) $(CXXFLAGS_TEST) $(ASAN) $< -o $@ $(LDLIBS_TEST)
 
 ctest: $(addprefix build/ctests/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t"; ./build/ctests/$$t; done

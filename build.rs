@@ -4,11 +4,24 @@
 //! `target/release` after `cargo build --release` finds the library at run
 //! time too (with `-Wl,-rpath,<that dir>`). The link is the only file written
 //! outside OUT_DIR. It also links the library's own `malloc`/`free`/`realloc`
-//! calls to `src/capi/bigalloc.rs`.
+//! calls to `src/capi/bigalloc.rs`, and compiles `csrc/callbacks.cc` (the
+//! try/catch the C API calls user callbacks through, `src/capi/kvstore.rs`).
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=csrc/callbacks.cc");
+    // A C++ callback that throws must not unwind into Rust (which aborts on
+    // a foreign exception): the library calls callbacks through these
+    // trampolines, which catch. libstdc++ is linked already (for libzmq).
+    cc::Build::new()
+        .cpp(true)
+        .file("csrc/callbacks.cc")
+        .flag_if_supported("-fvisibility=hidden")
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true)
+        .compile("mxkv_callbacks");
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }

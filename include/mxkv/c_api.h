@@ -253,6 +253,9 @@ MXNET_DLL int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_be
 
  `unsafe`: `controller` (if not NULL) is called with `controller_handle`
  for every command until the loop returns; both must stay valid until then.
+ A C++ exception the controller throws is caught: the loop goes on (later
+ commands still reach the controller) and returns `-1` with the first
+ exception's text when it ends.
  */
 MXNET_DLL int MXKVStoreRunServer(KVStoreHandle handle, MXKVStoreServerController controller, void *controller_handle);
 

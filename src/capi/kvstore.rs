@@ -550,11 +550,129 @@ pub unsafe extern "C" fn MXKVStorePushPullEx(
 }
 
 type IntFn = unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void);
+type StrFn = unsafe extern "C" fn(*const c_char, NDArrayHandle, NDArrayHandle, *mut c_void);
+type ControllerFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void);
+
+// The trampolines of csrc/callbacks.cc: each calls its callback inside
+// try/catch and returns 0 (returned), 1 (threw a std::exception, whose
+// what() is copied NUL-terminated into `err`) or 2 (threw something else).
+// (Declared inside functions, where cbindgen does not look: they are not
+// part of the C API.)
+
+/// `f(key, recv, local, user)` through its trampoline.
+///
+/// `unsafe`: `f` must be safe to call with these arguments and `err` must
+/// hold `err_len` writable bytes.
+unsafe fn call_int_updater(
+    f: IntFn,
+    key: c_int,
+    recv: NDArrayHandle,
+    local: NDArrayHandle,
+    user: *mut c_void,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int {
+    extern "C" {
+        fn mxkv_guarded_int_updater(
+            f: IntFn,
+            key: c_int,
+            recv: NDArrayHandle,
+            local: NDArrayHandle,
+            user: *mut c_void,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> c_int;
+    }
+    // SAFETY: the trampoline only calls `f` with these arguments and writes
+    // within `err`, both sound per this function's contract.
+    unsafe { mxkv_guarded_int_updater(f, key, recv, local, user, err, err_len) }
+}
+
+/// `f(key, recv, local, user)` through its trampoline.
+///
+/// `unsafe`: as `call_int_updater`; `key` is a C string.
+unsafe fn call_str_updater(
+    f: StrFn,
+    key: *const c_char,
+    recv: NDArrayHandle,
+    local: NDArrayHandle,
+    user: *mut c_void,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int {
+    extern "C" {
+        fn mxkv_guarded_str_updater(
+            f: StrFn,
+            key: *const c_char,
+            recv: NDArrayHandle,
+            local: NDArrayHandle,
+            user: *mut c_void,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> c_int;
+    }
+    // SAFETY: as in `call_int_updater`.
+    unsafe { mxkv_guarded_str_updater(f, key, recv, local, user, err, err_len) }
+}
+
+/// `f(head, body, user)` through its trampoline.
+///
+/// `unsafe`: as `call_int_updater`; `body` is a C string.
+unsafe fn call_controller(
+    f: ControllerFn,
+    head: c_int,
+    body: *const c_char,
+    user: *mut c_void,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int {
+    extern "C" {
+        fn mxkv_guarded_controller(
+            f: ControllerFn,
+            head: c_int,
+            body: *const c_char,
+            user: *mut c_void,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> c_int;
+    }
+    // SAFETY: as in `call_int_updater`.
+    unsafe { mxkv_guarded_controller(f, head, body, user, err, err_len) }
+}
+
+/// The room for a thrown exception's `what()` (longer texts are cut).
+const WHAT_LEN: usize = 1024;
+
+/// Runs `call` (a trampoline call given the error buffer) and turns a
+/// thrown exception into the text `"{what} threw ..."`.
+fn guarded(
+    what: impl FnOnce() -> String,
+    call: impl FnOnce(*mut c_char, usize) -> c_int,
+) -> Result<()> {
+    let mut err = [0 as c_char; WHAT_LEN];
+    match call(err.as_mut_ptr(), err.len()) {
+        0 => Ok(()),
+        1 => {
+            // SAFETY: the trampoline NUL-terminated `err` within its length.
+            let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) };
+            Err(Error::new(format!(
+                "{} threw a C++ exception: {}",
+                what(),
+                text.to_string_lossy()
+            )))
+        }
+        _ => Err(Error::new(format!(
+            "{} threw a C++ exception (not a std::exception)",
+            what()
+        ))),
+    }
+}
 
 /// An updater made of C callbacks. Each call hands the callee two new
 /// handles (`recv`, `local`) that the callee owns and frees. The callbacks
-/// return nothing: a panic on the way (none is expected) becomes the error of
-/// the push that ran the update.
+/// return nothing; a C++ exception they throw (caught in csrc/callbacks.cc)
+/// or a panic on the way (none is expected) becomes the error of the push
+/// that ran the update.
 struct CUpdater {
     int_fn: IntFn,
     str_fn: MXKVStoreStrUpdater,
@@ -580,28 +698,38 @@ impl Updater for CUpdater {
             )),
             _ => None,
         };
+        let show_key = || match str_key {
+            Some(s) => crate::store::keys::show_str(s),
+            None => key.to_string(),
+        };
         let call = || {
             let r = new_handle(recv.clone());
             let l = new_handle(local.clone());
-            match &name {
-                // SAFETY: `f` is the caller's callback with MXNet's signature;
-                // the string lives for the call and the handles are new.
-                Some((c, f)) => unsafe { f(c.as_ptr(), r, l, user) },
-                // SAFETY: as above, for the int callback.
-                None => unsafe { (self.int_fn)(key, r, l, user) },
-            }
+            guarded(
+                || format!("the updater of key {}", show_key()),
+                |err, len| match &name {
+                    // SAFETY: `f` is the caller's callback with MXNet's
+                    // signature, called through the trampoline; the string
+                    // lives for the call, the handles are new and `err` holds
+                    // `len` bytes.
+                    Some((c, f)) => unsafe {
+                        call_str_updater(*f, c.as_ptr(), r, l, user, err, len)
+                    },
+                    // SAFETY: as above, for the int callback.
+                    None => unsafe { call_int_updater(self.int_fn, key, r, l, user, err, len) },
+                },
+            )
         };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            let key = match str_key {
-                Some(s) => crate::store::keys::show_str(s),
-                None => key.to_string(),
-            };
-            Error::new(format!("the updater of key {key} failed (panic: {what})"))
+            Err(Error::new(format!(
+                "the updater of key {} failed (panic: {what})",
+                show_key()
+            )))
         })
     }
 }
@@ -717,6 +845,9 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(
 ///
 /// `unsafe`: `controller` (if not NULL) is called with `controller_handle`
 /// for every command until the loop returns; both must stay valid until then.
+/// A C++ exception the controller throws is caught: the loop goes on (later
+/// commands still reach the controller) and returns `-1` with the first
+/// exception's text when it ends.
 #[no_mangle]
 pub unsafe extern "C" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
@@ -726,15 +857,27 @@ pub unsafe extern "C" fn MXKVStoreRunServer(
     api_call("MXKVStoreRunServer", || {
         let kv = kvstore(handle)?;
         let user = controller_handle as usize;
+        let mut thrown: Option<Error> = None;
         let mut call = |head: i32, body: &[u8]| {
             if let Some(f) = controller {
                 let body = CString::new(body.to_vec()).unwrap_or_default();
-                // SAFETY: the caller's controller with MXNet's signature; the
-                // body string lives for the call.
-                unsafe { f(head, body.as_ptr(), user as *mut c_void) }
+                let r = guarded(
+                    || format!("the server controller (command {head})"),
+                    // SAFETY: the caller's controller with MXNet's signature,
+                    // called through the trampoline; the body string lives
+                    // for the call and `err` holds `len` bytes.
+                    |err, len| unsafe {
+                        call_controller(f, head, body.as_ptr(), user as *mut c_void, err, len)
+                    },
+                );
+                if let Err(e) = r {
+                    thrown.get_or_insert(e);
+                }
             }
         };
-        kv.store.run_server(&mut call)
+        let r = kv.store.run_server(&mut call);
+        r?;
+        thrown.map_or(Ok(()), Err)
     })
 }
 
