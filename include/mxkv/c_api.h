@@ -124,7 +124,9 @@ MXNET_DLL int MXKVStoreSetGradientCompression(KVStoreHandle handle, uint32_t num
 
 /*
  Frees a store. NULL is accepted (as in MXNet); a stale handle is an error.
- Values already pulled stay valid; calls in flight on other threads finish.
+ Values already pulled stay valid; calls in flight on other threads finish
+ (and a push among them may still call the store's updater: see
+ `MXKVStoreSetUpdater`).
  A distributed worker meets the others at the barrier before exit (unless
  turned off) and stops its node; an error there is returned (the handle is
  freed all the same).
@@ -209,8 +211,13 @@ MXNET_DLL int MXKVStorePushPullEx(KVStoreHandle handle, mx_uint vnum, const char
  string-keyed store it is called with internal ids (registration order).
 
  `unsafe`: the store keeps `updater` and `updater_handle` and calls them on
- later pushes; they must stay valid until another updater replaces them or
- the store is freed.
+ later pushes, until another updater replaces them or the store is freed.
+ Replacing or freeing does not wait for pushes in flight on other threads:
+ such a push (a `MXKVStorePush*` or `MXKVStorePushPull*` call that started
+ before `MXKVStoreSetUpdater*` or `MXKVStoreFree` returned) may still call
+ the old updater with the old `updater_handle`, so both must stay valid
+ until every such call has returned. (MXNet's store is not safe to use from
+ several threads at all.)
  */
 MXNET_DLL int MXKVStoreSetUpdater(KVStoreHandle handle, MXKVStoreUpdater updater, void *updater_handle);
 
@@ -219,7 +226,9 @@ MXNET_DLL int MXKVStoreSetUpdater(KVStoreHandle handle, MXKVStoreUpdater updater
  `updater` as internal ids.
 
  `unsafe`: as `MXKVStoreSetUpdater`, the callbacks and `updater_handle`
- must stay valid while the store may call them.
+ must stay valid while the store may call them: also after they are
+ replaced or the store is freed, until every push in flight on another
+ thread at that moment has returned.
  */
 MXNET_DLL int MXKVStoreSetUpdaterEx(KVStoreHandle handle, MXKVStoreUpdater updater, MXKVStoreStrUpdater str_updater, void *updater_handle);
 

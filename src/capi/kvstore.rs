@@ -66,7 +66,9 @@ pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
 }
 
 /// Frees a store. NULL is accepted (as in MXNet); a stale handle is an error.
-/// Values already pulled stay valid; calls in flight on other threads finish.
+/// Values already pulled stay valid; calls in flight on other threads finish
+/// (and a push among them may still call the store's updater: see
+/// `MXKVStoreSetUpdater`).
 /// A distributed worker meets the others at the barrier before exit (unless
 /// turned off) and stops its node; an error there is returned (the handle is
 /// freed all the same).
@@ -756,8 +758,13 @@ fn set_updater(
 /// string-keyed store it is called with internal ids (registration order).
 ///
 /// `unsafe`: the store keeps `updater` and `updater_handle` and calls them on
-/// later pushes; they must stay valid until another updater replaces them or
-/// the store is freed.
+/// later pushes, until another updater replaces them or the store is freed.
+/// Replacing or freeing does not wait for pushes in flight on other threads:
+/// such a push (a `MXKVStorePush*` or `MXKVStorePushPull*` call that started
+/// before `MXKVStoreSetUpdater*` or `MXKVStoreFree` returned) may still call
+/// the old updater with the old `updater_handle`, so both must stay valid
+/// until every such call has returned. (MXNet's store is not safe to use from
+/// several threads at all.)
 #[no_mangle]
 pub unsafe extern "C" fn MXKVStoreSetUpdater(
     handle: KVStoreHandle,
@@ -773,7 +780,9 @@ pub unsafe extern "C" fn MXKVStoreSetUpdater(
 /// `updater` as internal ids.
 ///
 /// `unsafe`: as `MXKVStoreSetUpdater`, the callbacks and `updater_handle`
-/// must stay valid while the store may call them.
+/// must stay valid while the store may call them: also after they are
+/// replaced or the store is freed, until every push in flight on another
+/// thread at that moment has returned.
 #[no_mangle]
 pub unsafe extern "C" fn MXKVStoreSetUpdaterEx(
     handle: KVStoreHandle,
