@@ -1126,6 +1126,14 @@ static void test_copies(void) {
   NDArrayHandle none = NULL, d = NULL;
   void *p = NULL;
   CHECK_OK(MXNDArrayCreateNone(&none));
+  {
+    /* as MXNet: dtype -1 and context (0, 0) for an empty array */
+    int dt = 0, dev_type = -7, dev_id = -7;
+    CHECK_OK(MXNDArrayGetDType(none, &dt));
+    CHECK(dt == -1);
+    CHECK_OK(MXNDArrayGetContext(none, &dev_type, &dev_id));
+    CHECK(dev_type == 0 && dev_id == 0);
+  }
   BAD(MXNDArraySyncCopyFromCPU(none, a, 1), "MXNDArraySyncCopyFromCPU: ");
   BAD(MXNDArraySyncCopyToCPU(none, buf, 1), "MXNDArraySyncCopyToCPU: ");
   BAD(MXNDArraySyncCopyFromNDArray(none, x, -1), "MXNDArraySyncCopyFromNDArray: ");

@@ -346,12 +346,14 @@ MXNET_DLL int MXNDArrayGetShapeEx(NDArrayHandle handle, int *out_dim, const int 
 MXNET_DLL int MXNDArrayGetShapeEx64(NDArrayHandle handle, int *out_dim, const int64_t **out_pdata);
 
 /*
- The dtype code (0–12).
+ The dtype code (0–12); -1 for an empty array (`MXNDArrayCreateNone`), as
+ in MXNet.
  */
 MXNET_DLL int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
 
 /*
- The context (device type and id).
+ The context (device type and id); `(0, 0)` for an empty array
+ (`MXNDArrayCreateNone`), as in MXNet.
  */
 MXNET_DLL int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
 

@@ -461,17 +461,20 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
     })
 }
 
-/// The dtype code (0–12).
+/// The dtype code (0–12); -1 for an empty array (`MXNDArrayCreateNone`), as
+/// in MXNet.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int) -> c_int {
     api_call("MXNDArrayGetDType", || {
-        let d = ndarray(handle, "handle")?.dtype().code();
+        let a = ndarray(handle, "handle")?;
+        let d = if a.is_none() { -1 } else { a.dtype().code() };
         // SAFETY: NULL (checked) or writable, per the contract.
         unsafe { write_out(out_dtype, d, "out_dtype") }
     })
 }
 
-/// The context (device type and id).
+/// The context (device type and id); `(0, 0)` for an empty array
+/// (`MXNDArrayCreateNone`), as in MXNet.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayGetContext(
     handle: NDArrayHandle,
@@ -479,7 +482,12 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
     out_dev_id: *mut c_int,
 ) -> c_int {
     api_call("MXNDArrayGetContext", || {
-        let c = ndarray(handle, "handle")?.ctx();
+        let a = ndarray(handle, "handle")?;
+        let (dev_type, dev_id) = if a.is_none() {
+            (0, 0)
+        } else {
+            (a.ctx().dev_type, a.ctx().dev_id)
+        };
         if out_dev_type.is_null() || out_dev_id.is_null() {
             return Err(Error::new(
                 "out_dev_type or out_dev_id (output pointer) is NULL",
@@ -487,8 +495,8 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
         }
         // SAFETY: both non-NULL and writable, per the contract.
         unsafe {
-            write_out(out_dev_type, c.dev_type, "out_dev_type")?;
-            write_out(out_dev_id, c.dev_id, "out_dev_id")
+            write_out(out_dev_type, dev_type, "out_dev_type")?;
+            write_out(out_dev_id, dev_id, "out_dev_id")
         }
     })
 }
