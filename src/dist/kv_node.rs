@@ -11,7 +11,7 @@ use super::worker::{KvWorker, WorkerConfig};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::{mpsc, Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sends through a postoffice without keeping it alive (the postoffice
 /// holds the customers, so a strong reference would be a cycle).
@@ -121,9 +121,12 @@ pub fn server_for(po: &Postoffice) -> KvServer {
 /// Beyond MXNet (whose server then waits forever): once every worker is
 /// lost, nobody is left to send `kStopServer`, and `serve` fails naming
 /// every peer lost, in order (the first is the cause). It also fails, naming
-/// the scheduler, when the scheduler is lost: the scheduler leaves only
-/// once the job is over (or broken), and a worker that froze with its
-/// connections open would otherwise keep the server waiting forever.
+/// the scheduler and every peer lost, one deadline (`config.timeout`) after
+/// the scheduler is lost, unless every worker left before: the scheduler
+/// leaves only once the job is over (or broken), and a worker that froze
+/// with its connections open would otherwise keep the server waiting
+/// forever. The workers still running get that deadline to fail on their
+/// own (so that the usual "every worker is gone" names the first cause).
 pub fn serve(
     po: &Arc<Postoffice>,
     server: &mut KvServer,
@@ -158,6 +161,8 @@ pub fn serve(
     let tick = (timeout / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
     // Every peer lost so far, in order (the first is the cause).
     let mut lost: Vec<(i32, Error)> = Vec::new();
+    // When the scheduler was lost: serving ends one deadline later.
+    let mut scheduler_lost: Option<Instant> = None;
     let r = loop {
         match rx.recv_timeout(tick) {
             Ok(ServerEvent::Message(m)) => {
@@ -171,11 +176,7 @@ pub fn serve(
                 }
                 shared.lock().on_peer_lost(id, &e, &out);
                 if id == SCHEDULER {
-                    break Err(Error::peer_lost(format!(
-                        "server {}: lost the scheduler (id {SCHEDULER}), so the job is over: {}",
-                        cfg.rank,
-                        e.message()
-                    )));
+                    scheduler_lost.get_or_insert(Instant::now());
                 }
                 lost.push((id, e));
                 let is_worker = |id: i32| id >= 9 && id % 2 == 1;
@@ -197,6 +198,17 @@ pub fn serve(
             }
         }
         shared.lock().expire_rounds(timeout, &out);
+        if let Some(t) = scheduler_lost {
+            if t.elapsed() >= po.config().timeout {
+                let why: Vec<&str> = lost.iter().map(|(_, e)| e.message()).collect();
+                break Err(Error::peer_lost(format!(
+                    "server {}: lost the scheduler (id {SCHEDULER}) {:.0?} ago and not every worker has left since: the job is over: {}",
+                    cfg.rank,
+                    t.elapsed(),
+                    why.join("; ")
+                )));
+            }
+        }
     };
     po.unregister_customer(0, 0);
     std::mem::swap(server, &mut shared.lock());
@@ -300,11 +312,12 @@ mod tests {
     /// A worker that stays connected but does nothing (frozen) must not keep
     /// a server alive once the scheduler is gone: 2 workers, 1 server;
     /// worker 0 leaves abruptly, so the scheduler fails and exits; worker 1
-    /// keeps its connections open. `serve` then ends with an error naming
-    /// the scheduler (before the fix it waited forever).
+    /// keeps its connections open. `serve` then ends, one deadline after the
+    /// scheduler was lost, with an error naming the scheduler (before the
+    /// fix it waited forever).
     #[test]
     fn serve_ends_when_the_scheduler_is_lost() {
-        let cfg = |role, port| Config::local(role, port, 2, 1, Duration::from_secs(20));
+        let cfg = |role, port| Config::local(role, port, 2, 1, Duration::from_secs(3));
         let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
         let port = sched.port();
         let (tx, rx) = mpsc::channel();
