@@ -691,8 +691,15 @@ def zeros(stype, shape, ctx=None, dtype=None, **kwargs):
     dtype = mx_real_t if dtype is None else dtype
     if stype not in ('row_sparse', 'csr'):
         raise ValueError('unknown storage type' + str(stype))
-    return _dense._ndarray_cls(_new_alloc_handle(stype, _shape_tuple(shape), ctx, True, dtype,
-                                                 _STORAGE_AUX_TYPES[stype]))
+    shape = _shape_tuple(shape)
+    arr = _dense._ndarray_cls(_new_alloc_handle(stype, shape, ctx, True, dtype,
+                                                _STORAGE_AUX_TYPES[stype]))
+    if stype == 'csr' and shape[0] < 2 ** 31:
+        # as MXNet's zeros operator: indptr of rows + 1 zeros (a valid, savable csr);
+        # MXNet 1.9.1 cannot make more rows, and libmxkv leaves such offsets empty
+        indptr = _dense.zeros((shape[0] + 1,), ctx=ctx, dtype=_STORAGE_AUX_TYPES['csr'][0])
+        check_call(_LIB.MXNDArraySyncCopyFromNDArray(arr.handle, indptr.handle, 0))
+    return arr
 
 
 def empty(stype, shape, ctx=None, dtype=None):
