@@ -18,7 +18,7 @@ use crate::ndarray::sparse::{
 use crate::ndarray::{copy_to_many, Context, NDArray, StorageType};
 use crate::{bail, ensure};
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 pub struct LocalStore {
@@ -286,12 +286,23 @@ impl LocalStore {
         let updater = self.updater.get();
         // Read once: the values are checked and reduced with the same setting.
         let gc = self.comm.compression();
+        // The outputs of each key in `pulls`, found once (not once per key).
+        let mut outs: HashMap<i32, Vec<&NDArray>> = HashMap::new();
+        for (e, o) in pulls.iter() {
+            outs.entry(e.id).or_default().push(*o);
+        }
+        let outs_of = |id: i32| outs.get(&id).map_or(&[][..], |v| &v[..]);
+        let mut written = HashSet::new();
         if let ([entry], [v]) = (&entries[..], vals) {
             // One key, one value: no grouping.
             self.comm.check_with(&entry.name, &entry.comm, &[v], gc)?;
             #[cfg(test)]
             tests::after_checks(self);
-            return self.push_group(entry, &[v], updater.as_ref(), pulls, gc);
+            if self.push_group(entry, &[v], updater.as_ref(), outs_of(entry.id), gc)? {
+                written.insert(entry.id);
+            }
+            pulls.retain(|(e, _)| !written.contains(&e.id));
+            return Ok(());
         }
         let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
         let groups = group(&ids);
@@ -306,47 +317,43 @@ impl LocalStore {
         #[cfg(test)]
         tests::after_checks(self);
         for (entry, group_vals) in work {
-            self.push_group(entry, &group_vals, updater.as_ref(), pulls, gc)?;
+            if self.push_group(entry, &group_vals, updater.as_ref(), outs_of(entry.id), gc)? {
+                written.insert(entry.id);
+            }
         }
+        pulls.retain(|(e, _)| !written.contains(&e.id));
         Ok(())
     }
 
-    /// Reduces and applies one key's (checked) values; writes and removes
-    /// the key's outputs in `pulls` when that costs no extra pass. `gc`: the
-    /// compression the values were checked against.
+    /// Reduces and applies one key's (checked) values; writes the key's
+    /// pull outputs `outs` too when that costs no extra pass, and then
+    /// returns true. `gc`: the compression the values were checked against.
     fn push_group(
         &self,
         entry: &Arc<Entry>,
         vals: &[&NDArray],
         updater: Option<&Arc<dyn Updater>>,
-        pulls: &mut Vec<(Arc<Entry>, &NDArray)>,
+        outs: &[&NDArray],
         gc: Option<CompressionParams>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let _serial = entry.update.lock();
         if updater.is_none() {
-            let outs: Vec<&NDArray> = pulls
-                .iter()
-                .filter(|(e, _)| Arc::ptr_eq(e, entry))
-                .map(|(_, o)| *o)
-                .collect();
             let wrote = if vals.len() == 1 && gc.is_none() {
                 // Assign straight from the pushed value: no merge copy.
-                Some(self.assign(entry, vals[0], &outs)?)
+                Some(self.assign(entry, vals[0], outs)?)
             } else {
                 // Without an updater, a multi-value push is summed straight
                 // into the stored value.
                 self.comm
-                    .reduce_into(&entry.comm, vals, &entry.value(), &outs, gc)?
+                    .reduce_into(&entry.comm, vals, &entry.value(), outs, gc)?
             };
             if let Some(wrote) = wrote {
-                if wrote {
-                    pulls.retain(|(e, _)| !Arc::ptr_eq(e, entry));
-                }
-                return Ok(());
+                return Ok(wrote);
             }
         }
         let merged = self.comm.reduce(&entry.comm, vals, gc)?;
-        self.apply(entry, updater, &merged)
+        self.apply(entry, updater, &merged)?;
+        Ok(false)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::bail;
 use crate::error::{Error, Result};
 use crate::ndarray::{NDArray, StorageType};
 use parking_lot::{Mutex, ReentrantMutex, RwLock, RwLockWriteGuard};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -148,7 +148,8 @@ impl Table {
         let map = self.entries.write();
         // The ids the new keys will get, checked for duplicates.
         let mut new: Vec<(i32, Arc<Entry>)> = Vec::with_capacity(values.len());
-        let mut seen: HashSet<i32> = HashSet::with_capacity(values.len());
+        // each new id's position in `new`
+        let mut at: HashMap<i32, usize> = HashMap::with_capacity(values.len());
         let mut new_strs: HashMap<&'k [u8], i32> = HashMap::new();
         for (i, value) in values.into_iter().enumerate() {
             let name = keys.show(i);
@@ -163,7 +164,7 @@ impl Table {
                     (id, Some(k[i].to_vec()))
                 }
             };
-            if map.contains_key(&id) || !seen.insert(id) {
+            if map.contains_key(&id) || at.insert(id, new.len()).is_some() {
                 return Err(duplicate(&name));
             }
             let entry = Entry {
@@ -181,6 +182,7 @@ impl Table {
             strs,
             map,
             new,
+            at,
             new_strs,
         })
     }
@@ -192,6 +194,7 @@ pub struct Insert<'t, 'k> {
     strs: RwLockWriteGuard<'t, StrRegistry>,
     map: RwLockWriteGuard<'t, EntryMap>,
     new: Vec<(i32, Arc<Entry>)>,
+    at: HashMap<i32, usize>,
     new_strs: HashMap<&'k [u8], i32>,
 }
 
@@ -210,10 +213,9 @@ impl Insert<'_, '_> {
                 None => self.strs.lookup(k[i])?,
             },
         };
-        self.new
-            .iter()
-            .find(|(nid, _)| *nid == id)
-            .map(|(_, e)| e.clone())
+        self.at
+            .get(&id)
+            .map(|&p| self.new[p].1.clone())
             .or_else(|| self.map.get(&id).cloned())
             .ok_or_else(|| not_inited(&keys.show(i)))
     }
