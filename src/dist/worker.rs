@@ -109,6 +109,18 @@ impl Vals<'_> {
     }
 }
 
+/// What [`KvWorker::encode_push`] makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A push: compressed when compression is on; a row_sparse value's rows.
+    Push,
+    /// The first push (`Init` on rank 0): uncompressed (with the compressed
+    /// keys' server layout); a row_sparse value with every row.
+    Init,
+    /// An init's checks and layout, no bytes.
+    Check,
+}
+
 /// A message of a request; `copy`: the range of the request's values its
 /// vals part (data part 1) gets when it is sent.
 struct Outgoing {
@@ -526,58 +538,62 @@ impl KvWorker {
     // ------------------------------------------------------------------
     // Push
 
-    /// The ps layout, command and bytes of a push of `value` to `key`
-    /// (`init`: the first push, uncompressed, every row of a row_sparse value).
+    /// The ps layout (recorded in `enc`), command and bytes of a push of
+    /// `value` to `key`, with every check a push or an init makes: the one
+    /// place those checks live ([`Self::check_init`] runs them on a scratch
+    /// encoder). `compression`: the setting the push goes with.
     fn encode_push<'a>(
         &self,
+        enc: &Mutex<KeyEncoder>,
         key: i32,
         value: &'a NDArray,
-        init: bool,
+        mode: Mode,
+        compression: Option<CompressionParams>,
     ) -> Result<(Pskv, i32, Vals<'a>)> {
         let dtype = value.dtype();
         check_float(key, dtype)?;
-        let compression = self.compression();
+        let n = value.size();
+        ensure!(
+            n > 0,
+            "key {key}: a value of shape {} holds no elements and cannot be stored in a distributed store (MXNet cannot create such an array: shape inference fails on a zero dimension)",
+            value.shape()
+        );
         match value.stype() {
-            StorageType::Default => {
-                let n = value.size();
-                match compression {
-                    None => {
-                        let p = self.enc.lock().encode_default(key, n, dtype.size())?;
-                        let cmd = command_type(RequestType::Default, dtype.code());
-                        Ok((p, cmd, Vals::Array(value)))
-                    }
-                    Some(c) => {
-                        ensure!(
-                            dtype == DType::F32,
-                            "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
-                            dtype.name()
-                        );
-                        let factor = c.kind.values_per_word();
-                        if init {
-                            let p = self
-                                .enc
-                                .lock()
-                                .encode_compressed(key, n, false, 4, factor)?;
-                            let cmd = command_type(RequestType::Default, 0);
-                            return Ok((p, cmd, Vals::Array(value)));
-                        }
-                        let p = self.enc.lock().encode_compressed(key, n, true, 4, factor)?;
-                        let grad: Vec<f32> = bytemuck::pod_collect_to_vec(value.read().bytes());
-                        let mut words = vec![0u32; c.compressed_len(n)];
-                        {
-                            let mut res = self.residuals.lock();
-                            let r = res.entry(key).or_insert_with(|| vec![0f32; n]);
-                            ensure!(
-                                r.len() == n,
-                                "The value size can't be changed. For key {key}"
-                            );
-                            c.quantize(&grad, r, &mut words);
-                        }
-                        let wb: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-                        Ok((p, command_type(RequestType::Compressed, 0), Vals::Owned(wb)))
-                    }
+            StorageType::Default => match compression {
+                None => {
+                    let p = enc.lock().encode_default(key, n, dtype.size())?;
+                    let cmd = command_type(RequestType::Default, dtype.code());
+                    Ok((p, cmd, Vals::Array(value)))
                 }
-            }
+                Some(c) => {
+                    ensure!(
+                        dtype == DType::F32,
+                        "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
+                        dtype.name()
+                    );
+                    let factor = c.kind.values_per_word();
+                    // an init goes uncompressed, with the pull layout (built
+                    // and checked together with the push layout)
+                    let push = mode == Mode::Push;
+                    let p = enc.lock().encode_compressed(key, n, push, 4, factor)?;
+                    if !push {
+                        return Ok((p, command_type(RequestType::Default, 0), Vals::Array(value)));
+                    }
+                    let grad: Vec<f32> = bytemuck::pod_collect_to_vec(value.read().bytes());
+                    let mut words = vec![0u32; c.compressed_len(n)];
+                    {
+                        let mut res = self.residuals.lock();
+                        let r = res.entry(key).or_insert_with(|| vec![0f32; n]);
+                        ensure!(
+                            r.len() == n,
+                            "The value size can't be changed. For key {key}"
+                        );
+                        c.quantize(&grad, r, &mut words);
+                    }
+                    let wb: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    Ok((p, command_type(RequestType::Compressed, 0), Vals::Owned(wb)))
+                }
+            },
             StorageType::RowSparse => {
                 ensure!(
                     compression.is_none(),
@@ -585,22 +601,28 @@ impl KvWorker {
                 );
                 value.check_row_sparse()?;
                 let total = value.shape().dims()[0];
-                let unit = value.row_len();
-                let (rows, bytes) = if init {
-                    // every row, so that each server's table is whole
-                    let dense = NDArray::zeros(value.shape().clone(), dtype, Context::CPU0)?;
-                    dense.copy_from(value)?;
-                    let b = copy_to_vec(dense.read().bytes());
-                    ((0..total).collect::<Vec<i64>>(), b)
-                } else {
-                    let p = value.parts()?;
-                    let b = copy_to_vec(p.data.read().bytes());
-                    (value.rsp_indices()?, b)
+                let (rows, bytes) = match mode {
+                    Mode::Push => {
+                        let p = value.parts()?;
+                        let b = copy_to_vec(p.data.read().bytes());
+                        (value.rsp_indices()?, b)
+                    }
+                    Mode::Init => {
+                        // every row, so that each server's table is whole
+                        let dense = NDArray::zeros(value.shape().clone(), dtype, Context::CPU0)?;
+                        dense.copy_from(value)?;
+                        let b = copy_to_vec(dense.read().bytes());
+                        ((0..total).collect(), b)
+                    }
+                    // the first and the last row: the key's servers and the
+                    // largest row offset of an init's layout
+                    Mode::Check if total > 1 => (vec![0, total - 1], Vec::new()),
+                    Mode::Check => (vec![0], Vec::new()),
                 };
-                let p = self.enc.lock().encode_row_sparse(
+                let p = enc.lock().encode_row_sparse(
                     key,
                     &rows,
-                    unit,
+                    value.row_len(),
                     total as usize,
                     dtype.size(),
                 )?;
@@ -618,7 +640,8 @@ impl KvWorker {
     pub fn push(&self, items: &[(i32, &NDArray)]) -> Result<()> {
         for &(key, value) in items {
             self.wait_push(key)?;
-            let (pskv, cmd, vals) = self.encode_push(key, value, false)?;
+            let (pskv, cmd, vals) =
+                self.encode_push(&self.enc, key, value, Mode::Push, self.compression())?;
             let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
             self.issue(format!("push of key {key}"), Some(key), msgs, src)?;
         }
@@ -626,61 +649,19 @@ impl KvWorker {
     }
 
     /// Checks, without sending or remembering anything, that [`Self::init`]
-    /// can encode `items`: float dtypes, values holding elements, each key's
-    /// server placement and byte layout (`EncodeDefaultKey`,
-    /// `EncodeCompressedKey`, `EncodeRowSparseKey`, on a scratch encoder).
+    /// can encode `items`: [`Self::encode_push`]'s checks (float dtypes,
+    /// values holding elements, storage types, each key's server placement
+    /// and byte layout) on a scratch encoder.
     /// Every rank calls it before its init barrier, so that what only
     /// rank 0 encodes and sends fails on every rank alike.
     pub fn check_init(&self, items: &[(i32, &NDArray)]) -> Result<()> {
-        let mut enc = KeyEncoder::new(self.cfg.num_servers, self.cfg.bigarray_bound);
+        let scratch = Mutex::new(KeyEncoder::new(
+            self.cfg.num_servers,
+            self.cfg.bigarray_bound,
+        ));
         let compression = self.compression();
         for &(key, value) in items {
-            let dtype = value.dtype();
-            check_float(key, dtype)?;
-            let n = value.size();
-            ensure!(
-                n > 0,
-                "key {key}: a value of shape {} holds no elements and cannot be stored in a distributed store (MXNet cannot create such an array: shape inference fails on a zero dimension)",
-                value.shape()
-            );
-            match value.stype() {
-                StorageType::Default => match compression {
-                    None => {
-                        enc.encode_default(key, n, dtype.size())?;
-                    }
-                    Some(c) => {
-                        ensure!(
-                            dtype == DType::F32,
-                            "Gradient compression is only supported for float32 type of parameters (key {key} is {})",
-                            dtype.name()
-                        );
-                        let factor = c.kind.values_per_word();
-                        // builds (and checks) the push and the pull layout
-                        enc.encode_compressed(key, n, false, 4, factor)?;
-                    }
-                },
-                StorageType::RowSparse => {
-                    ensure!(
-                        compression.is_none(),
-                        "Gradient compression for row sparse storage type is not supported (key {key})"
-                    );
-                    value.check_row_sparse()?;
-                    let total = value.shape().dims()[0];
-                    // the first and the last row: the key's servers and the
-                    // largest row offset (`encode_push` sends every row)
-                    let rows: Vec<i64> = if total > 1 { vec![0, total - 1] } else { vec![0] };
-                    enc.encode_row_sparse(
-                        key,
-                        &rows,
-                        value.row_len(),
-                        total as usize,
-                        dtype.size(),
-                    )?;
-                }
-                _ => bail!(
-                    "key {key}: only dense and row_sparse values can be pushed to a distributed store"
-                ),
-            }
+            self.encode_push(&scratch, key, value, Mode::Check, compression)?;
         }
         Ok(())
     }
@@ -695,7 +676,8 @@ impl KvWorker {
         let mut first = None;
         for &(key, value) in items {
             let issued = self.wait_push(key).and_then(|()| {
-                let (pskv, cmd, vals) = self.encode_push(key, value, true)?;
+                let (pskv, cmd, vals) =
+                    self.encode_push(&self.enc, key, value, Mode::Init, self.compression())?;
                 let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
                 self.issue(format!("init of key {key}"), None, msgs, src)
             });
@@ -778,7 +760,8 @@ impl KvWorker {
                 value.size(),
                 out.size()
             );
-            let (pskv, cmd, vals) = self.encode_push(key, value, false)?;
+            let (pskv, cmd, vals) =
+                self.encode_push(&self.enc, key, value, Mode::Push, self.compression())?;
             let ts = self.send_built(
                 format!("pushpull of key {key}"),
                 cmd,
