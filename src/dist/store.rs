@@ -59,7 +59,6 @@ struct WorkerSide {
     table: RwLock<HashMap<i32, KeyInfo>>,
     barrier_before_exit: AtomicBool,
     closed: Mutex<Option<Result<()>>>,
-    compressed: AtomicBool,
     /// Held by an init from its checks until its keys are registered.
     init_lock: Mutex<()>,
 }
@@ -138,7 +137,6 @@ impl DistStore {
             table: RwLock::new(HashMap::new()),
             barrier_before_exit: AtomicBool::new(true),
             closed: Mutex::new(None),
-            compressed: AtomicBool::new(false),
             init_lock: Mutex::new(()),
         };
         if sync && side.po.my_rank() == 0 {
@@ -275,7 +273,7 @@ impl WorkerSide {
         // what only rank 0 encodes, checked on every rank
         for (i, item) in items.iter().enumerate() {
             self.w
-                .check_init(std::slice::from_ref(item))
+                .check_init(std::slice::from_ref(item), self.w.compression())
                 .map_err(|e| match keys {
                     Keys::Str(_) => Error::with_kind(
                         e.kind(),
@@ -464,7 +462,7 @@ impl WorkerSide {
         // it reaches the key, after earlier keys went out; refused here
         // before anything is sent.
         ensure!(
-            !self.compressed.load(Ordering::Acquire),
+            self.w.compression().is_none(),
             "Compression not supported with PushPull: push, then pull"
         );
         ensure!(
@@ -570,14 +568,11 @@ impl WorkerSide {
         self.check_open()?;
         let p = CompressionParams::parse(params)?;
         if self.po.my_rank() == 0 {
-            self.w.command(
-                Command::SetGradientCompression.head(),
-                p.encode().as_bytes(),
-            )?;
+            self.w.set_gradient_compression(p)
+        } else {
+            self.w.set_compression(Some(p));
+            Ok(())
         }
-        self.w.set_compression(Some(p));
-        self.compressed.store(true, Ordering::Release);
-        Ok(())
     }
 
     /// MXNet's `~KVStoreDist` on a worker: every push answered, then, with

@@ -33,7 +33,7 @@ use crate::ndarray::dtype::DType;
 use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
 use crate::{bail, ensure};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,7 +87,13 @@ pub struct KvWorker {
     /// Bumped whenever a request completes or fails, before `cv` is
     /// notified: what a waiter watches while it spins.
     events: AtomicU64,
-    compression: Mutex<Option<CompressionParams>>,
+    /// The gradient compression setting. Every push, pushpull and init
+    /// reads it once and goes with what it read; a push holds it from its
+    /// encoding until its messages are sent, and rank 0's switch
+    /// ([`KvWorker::set_gradient_compression`]) holds it while it tells the
+    /// servers, so that no server decodes a push with a setting it was not
+    /// encoded with.
+    compression: RwLock<Option<CompressionParams>>,
     /// Quantization residuals of compressed keys.
     residuals: Mutex<HashMap<i32, Vec<f32>>>,
 }
@@ -144,7 +150,7 @@ impl KvWorker {
             st: Mutex::new(State::default()),
             cv: Condvar::new(),
             events: AtomicU64::new(0),
-            compression: Mutex::new(None),
+            compression: RwLock::new(None),
             residuals: Mutex::new(HashMap::new()),
         }
     }
@@ -153,15 +159,27 @@ impl KvWorker {
         &self.cfg
     }
 
-    /// Turns gradient compression on (or off) for later pushes and pulls.
-    /// Sending `kSetGradientCompression` to the servers is the caller's
-    /// (rank 0's) business: [`KvWorker::command`].
+    /// Turns gradient compression on (or off) for later pushes and pulls,
+    /// without telling the servers (what ranks other than 0 do).
     pub fn set_compression(&self, params: Option<CompressionParams>) {
-        *self.compression.lock() = params;
+        *self.compression.write() = params;
+    }
+
+    /// Rank 0's `SetGradientCompression`: sends `kSetGradientCompression`
+    /// to every server, then turns compression on here. Pushes wait
+    /// meanwhile; one encoded with the previous setting is sent first.
+    pub fn set_gradient_compression(&self, params: CompressionParams) -> Result<()> {
+        let mut setting = self.compression.write();
+        self.command(
+            Command::SetGradientCompression.head(),
+            params.encode().as_bytes(),
+        )?;
+        *setting = Some(params);
+        Ok(())
     }
 
     pub fn compression(&self) -> Option<CompressionParams> {
-        *self.compression.lock()
+        *self.compression.read()
     }
 
     // ------------------------------------------------------------------
@@ -640,9 +658,13 @@ impl KvWorker {
     pub fn push(&self, items: &[(i32, &NDArray)]) -> Result<()> {
         for &(key, value) in items {
             self.wait_push(key)?;
+            // held until sent (see `compression`)
+            let compression = self.compression.read();
             let (pskv, cmd, vals) =
-                self.encode_push(&self.enc, key, value, Mode::Push, self.compression())?;
+                self.encode_push(&self.enc, key, value, Mode::Push, *compression)?;
             let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
+            #[cfg(test)]
+            tests::hook(self);
             self.issue(format!("push of key {key}"), Some(key), msgs, src)?;
         }
         Ok(())
@@ -653,13 +675,17 @@ impl KvWorker {
     /// values holding elements, storage types, each key's server placement
     /// and byte layout) on a scratch encoder.
     /// Every rank calls it before its init barrier, so that what only
-    /// rank 0 encodes and sends fails on every rank alike.
-    pub fn check_init(&self, items: &[(i32, &NDArray)]) -> Result<()> {
+    /// rank 0 encodes and sends fails on every rank alike. `compression`:
+    /// the setting the init goes with ([`Self::compression`]).
+    pub fn check_init(
+        &self,
+        items: &[(i32, &NDArray)],
+        compression: Option<CompressionParams>,
+    ) -> Result<()> {
         let scratch = Mutex::new(KeyEncoder::new(
             self.cfg.num_servers,
             self.cfg.bigarray_bound,
         ));
-        let compression = self.compression();
         for &(key, value) in items {
             self.encode_push(&scratch, key, value, Mode::Check, compression)?;
         }
@@ -671,13 +697,17 @@ impl KvWorker {
     /// every row; waits until every server stored it. Nothing is sent when
     /// [`Self::check_init`] refuses any of `items`.
     pub fn init(&self, items: &[(i32, &NDArray)]) -> Result<()> {
-        self.check_init(items)?;
+        // read once: checked and sent with the same setting
+        let compression = self.compression();
+        self.check_init(items, compression)?;
+        #[cfg(test)]
+        tests::hook(self);
         let mut sent = Vec::new();
         let mut first = None;
         for &(key, value) in items {
             let issued = self.wait_push(key).and_then(|()| {
                 let (pskv, cmd, vals) =
-                    self.encode_push(&self.enc, key, value, Mode::Init, self.compression())?;
+                    self.encode_push(&self.enc, key, value, Mode::Init, compression)?;
                 let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
                 self.issue(format!("init of key {key}"), None, msgs, src)
             });
@@ -740,8 +770,10 @@ impl KvWorker {
         let mut sent = Vec::new();
         for &(key, value, out) in items {
             self.wait_push(key)?;
+            // read once: checked and sent with the same setting
+            let compression = self.compression();
             ensure!(
-                self.compression().is_none(),
+                compression.is_none(),
                 "Compression not supported with PushPull (key {key})"
             );
             ensure!(
@@ -760,8 +792,10 @@ impl KvWorker {
                 value.size(),
                 out.size()
             );
+            #[cfg(test)]
+            tests::hook(self);
             let (pskv, cmd, vals) =
-                self.encode_push(&self.enc, key, value, Mode::Push, self.compression())?;
+                self.encode_push(&self.enc, key, value, Mode::Push, compression)?;
             let ts = self.send_built(
                 format!("pushpull of key {key}"),
                 cmd,
@@ -925,9 +959,13 @@ pub fn is_timeout(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::super::kv_cluster_tests::{Cluster, Opts};
+    use super::KvWorker;
     use crate::error::ErrorKind;
+    use crate::ndarray::dtype::DType;
     use crate::ndarray::{Context, NDArray, Shape};
+    use crate::store::compression::{CompressionKind, CompressionParams};
     use crate::test_util::f32s;
+    use std::cell::RefCell;
 
     /// An init refused for one of its keys sends none of them: a key whose
     /// value holds no elements is refused before key 1 goes out (it used to
@@ -990,6 +1028,120 @@ mod tests {
         let out = f32s(&[0.0; 4]);
         w.pull(&[(3, &out)]).unwrap();
         assert_eq!(out.to_f64_vec(), vec![1.0; 4]);
+        c.stop();
+    }
+
+    type Hook = Box<dyn FnOnce(&KvWorker)>;
+
+    thread_local! {
+        /// Run by the next push, pushpull or init on this thread once it
+        /// read the compression setting (a push: encoded, not yet sent).
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn hook(w: &KvWorker) {
+        if let Some(f) = HOOK.with(|h| h.borrow_mut().take()) {
+            f(w)
+        }
+    }
+
+    fn set_hook(f: impl FnOnce(&KvWorker) + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    fn hook_ran() -> bool {
+        HOOK.with(|h| h.borrow().is_none())
+    }
+
+    fn two_bit(threshold: f32) -> CompressionParams {
+        CompressionParams {
+            kind: CompressionKind::TwoBit,
+            threshold,
+        }
+    }
+
+    /// Compression switched on (by another thread) after an init or a
+    /// pushpull read the setting reaches neither: each goes on as checked,
+    /// the next is checked with compression. The setting used to be read
+    /// again when encoding: the init of a float64 key was refused after its
+    /// checks passed (with key 1 already sent), and the pushpull of 3 went
+    /// out 2-bit compressed (the server stored 0.5, the call failed).
+    #[test]
+    fn compression_switched_on_during_an_init_or_a_pushpull_does_not_reach_it() {
+        let c = Cluster::start(Opts {
+            workers: 1,
+            servers: 1,
+            ..Opts::default()
+        });
+        let w = &c.workers[0];
+        // the server can decode compressed pushes from here on
+        w.set_gradient_compression(two_bit(0.5)).unwrap();
+        w.set_compression(None);
+        let switch_on = || set_hook(|w| w.set_compression(Some(two_bit(0.5))));
+        let f64s = |v: f64| {
+            NDArray::from_bytes(
+                Shape(vec![4]),
+                DType::F64,
+                Context::CPU0,
+                bytemuck::cast_slice(&[v; 4]),
+            )
+            .unwrap()
+        };
+        switch_on();
+        w.init(&[(1, &f32s(&[0.0; 4])), (2, &f64s(2.0))]).unwrap();
+        assert!(hook_ran());
+        let e = w.init(&[(3, &f64s(1.0))]).unwrap_err();
+        assert!(e.message().contains("only supported for float32"), "{e}");
+
+        w.set_compression(None);
+        switch_on();
+        let out = f32s(&[0.0; 4]);
+        w.push_pull(&[(1, &f32s(&[3.0; 4]), &out)]).unwrap();
+        assert!(hook_ran());
+        assert_eq!(out.to_f64_vec(), vec![3.0; 4]);
+        let e = w.push_pull(&[(1, &f32s(&[3.0; 4]), &out)]).unwrap_err();
+        assert!(e.message().contains("Compression not supported"), "{e}");
+
+        w.set_compression(None);
+        let out = f64s(0.0);
+        w.pull(&[(2, &out)]).unwrap();
+        assert_eq!(out.to_f64_vec(), vec![2.0; 4]);
+        c.stop();
+    }
+
+    /// Rank 0's switch to a new compression setting waits for a push that
+    /// was encoded with the old one until it is sent: the server decodes
+    /// the push with the setting it was made with. A probe (one thread
+    /// raising the threshold while another pushed) saw a push quantized with
+    /// threshold 333 dequantized by the server with 334.
+    #[test]
+    fn a_push_is_sent_before_the_servers_hear_of_a_new_compression_setting() {
+        let c = Cluster::start(Opts {
+            workers: 1,
+            servers: 1,
+            ..Opts::default()
+        });
+        let w = c.workers[0].clone();
+        w.set_gradient_compression(two_bit(1.0)).unwrap();
+        w.init(&[(1, &f32s(&[0.0; 4]))]).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = w.clone();
+        set_hook(move |w| {
+            // encoded with threshold 1, not sent yet
+            assert!(
+                w.compression.try_write().is_none(),
+                "the compression setting can change between a push's encoding and its sending"
+            );
+            let switch = std::thread::spawn(move || other.set_gradient_compression(two_bit(2.0)));
+            tx.send(switch).unwrap();
+        });
+        w.push(&[(1, &f32s(&[5.0, -5.0, 0.5, 0.0]))]).unwrap();
+        assert!(hook_ran());
+        rx.recv().unwrap().join().unwrap().unwrap();
+        assert_eq!(w.compression(), Some(two_bit(2.0)));
+        let out = f32s(&[0.0; 4]);
+        w.pull(&[(1, &out)]).unwrap();
+        assert_eq!(out.to_f64_vec(), vec![1.0, -1.0, 0.0, 0.0]);
         c.stop();
     }
 }
