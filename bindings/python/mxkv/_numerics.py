@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from .base import MXNetError
+
 __all__ = ['dmlc_float', 'dmlc_double', 'strtof', 'param_str']
 
 _MAX_DIGITS = 19
@@ -30,8 +32,10 @@ def param_str(value):
     return str(value)
 
 
-def _dmlc_parse(text, ftype):
-    """dmlc::ParseFloat<ftype, CheckRange=true> on `text`; returns a numpy scalar."""
+def _dmlc_parse(text, ftype, name):
+    """dmlc::stof / dmlc::stod (ParseFloat<ftype, CheckRange=true>) on `text`; returns a
+    numpy scalar, raises MXNetError where they throw std::out_of_range (an exponent
+    beyond 38 / 308, e.g. 1e-39 for a float or 1e-320 for a double)."""
     is_double = ftype is np.float64
     max_exp = 308 if is_double else 38
     max_sig = ftype(1.79769313486231570 if is_double else np.float32(3.402823466))
@@ -72,10 +76,13 @@ def _dmlc_parse(text, ftype):
         while i < n and s[i].isdigit():
             expon = (expon * 10 + ord(s[i]) - 48) & 0xFFFFFFFF
             i += 1
-        if expon > max_exp:
-            return ftype(np.inf if positive else -np.inf)  # dmlc::stof throws out_of_range
-        if expon == max_exp and ((not frac and value > max_sig) or (frac and value < max_sig_neg)):
-            return ftype(np.inf if positive else -np.inf)
+        # ParseFloat<CheckRange=true> sets ERANGE here and dmlc::stof / stod throw
+        # std::out_of_range, which MXNet's parameter parser reports as
+        # "Out of range value for <field>" (whatever the sign of the value)
+        if expon > max_exp or (expon == max_exp and ((not frac and value > max_sig)
+                                                     or (frac and value < max_sig_neg))):
+            raise MXNetError("Out of range value for %s, value='%s' (%s)"
+                             % (name, text, 'float' if ftype is np.float32 else 'double'))
         scale = ftype(1.0)
         with np.errstate(over='ignore', under='ignore'):
             while expon >= 8:
@@ -88,14 +95,16 @@ def _dmlc_parse(text, ftype):
     return value if positive else ftype(-value)
 
 
-def dmlc_float(value):
-    """float32 that an MXNet ``float`` operator parameter holds when given `value`."""
-    return _dmlc_parse(param_str(value), np.float32)
+def dmlc_float(value, name='a float parameter'):
+    """float32 that an MXNet ``float`` operator parameter (`name`) holds when given
+    `value`; MXNetError where MXNet refuses it as out of range."""
+    return _dmlc_parse(param_str(value), np.float32, name)
 
 
-def dmlc_double(value):
-    """float64 that an MXNet ``double`` operator parameter holds when given `value`."""
-    return _dmlc_parse(param_str(value), np.float64)
+def dmlc_double(value, name='a double parameter'):
+    """float64 that an MXNet ``double`` operator parameter (`name`) holds when given
+    `value`; MXNetError where MXNet refuses it as out of range."""
+    return _dmlc_parse(param_str(value), np.float64, name)
 
 
 def strtof(value):

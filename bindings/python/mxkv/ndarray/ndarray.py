@@ -496,7 +496,7 @@ class NDArray(object):
     def _scalar(self, value):
         """`value` as this array's element type, the way MXNet's scalar operators see it
         (str(float(value)) parsed as double by dmlc, then cast to the dtype)."""
-        dval = dmlc_double(float(value))
+        dval = dmlc_double(float(value), 'scalar')
         dt = self._np_dtype
         if dt == np.float16:
             return np.float16(np.float32(dval))
@@ -767,7 +767,8 @@ def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None,
         start, stop = 0, start
     if infer_range:
         raise MXNetError('arange: infer_range needs a symbol; give stop')
-    lo, hi, inc = dmlc_double(start), dmlc_double(stop), dmlc_double(step)
+    lo, hi, inc = (dmlc_double(start, 'start'), dmlc_double(stop, 'stop'),
+                   dmlc_double(step, 'step'))
     repeat = int(repeat)
     if inc == 0:
         raise MXNetError('Range does not support step=0, received %s' % step)
@@ -811,8 +812,8 @@ sign = _unary_fn(np.sign)
 def clip(data, a_min, a_max, out=None):
     """clip(x, a_min, a_max); the bounds are float32 operator parameters (as in MXNet)."""
     from .._numerics import dmlc_float
-    lo = data._np_dtype.type(dmlc_float(a_min))
-    hi = data._np_dtype.type(dmlc_float(a_max))
+    lo = data._np_dtype.type(dmlc_float(a_min, 'a_min'))
+    hi = data._np_dtype.type(dmlc_float(a_max, 'a_max'))
     res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
     x = data._arith_view()
     out_v = res._arith_view(write=True)
