@@ -77,6 +77,22 @@ class _PerThread(threading.local):
     error = None
 
 
+# Every dist store of this process. A forked child (os.fork, multiprocessing's fork start
+# method) shares no node with its parent: the library's sockets and threads in its copy of
+# memory are the parent's, and closing them there would tear down the parent's ZeroMQ
+# context (the parent then aborts in libzmq). The child forgets those handles at once.
+_DIST_STORES = weakref.WeakSet()
+
+
+def _forget_dist_stores_in_child():
+    for kv in list(_DIST_STORES):
+        kv._forget_parents_store()  # pylint: disable=protected-access
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_forget_dist_stores_in_child)
+
+
 def _keys_text(keys):
     uniq = []
     for k in keys:
@@ -111,13 +127,32 @@ class KVStore(KVStoreBase):
         # raised: until then the fast paths skip the per-thread look-up
         self._had_error = False
         self._is_p3 = (os.getenv('DMLC_PS_VAN_TYPE', '') == 'p3')
+        self._pid = os.getpid()     # the process whose node this store is
+        self._parent_pid = None     # set in a forked child that forgot the store
+        kv_type = ctypes.c_char_p()
+        self._dist = (_LIB.MXKVStoreGetType(handle, ctypes.byref(kv_type)) != 0
+                      or b'dist' in (kv_type.value or b''))
+        if self._dist:
+            _DIST_STORES.add(self)
 
     # --- lifetime ----------------------------------------------------------------
     def close(self):
-        """Free the store (idempotent).  Arrays pulled from it stay valid."""
+        """Free the store (idempotent).  Arrays pulled from it stay valid.
+
+        In a forked child a dist store created by the parent is only forgotten (its
+        node, sockets and threads are the parent's)."""
         hdl, self.handle = getattr(self, 'handle', None), None
         if hdl is not None and hdl.value:
+            if os.getpid() != getattr(self, '_pid', None) and getattr(self, '_dist', True):
+                self._parent_pid = getattr(self, '_pid', None)
+                return
             check_call(_LIB.MXKVStoreFree(hdl))
+
+    def _forget_parents_store(self):
+        """In a forked child: drop the parent's dist store without touching it."""
+        if self.handle is not None and os.getpid() != self._pid:
+            self._parent_pid = self._pid
+            self.handle = None
 
     def __del__(self):
         try:
@@ -134,6 +169,12 @@ class KVStore(KVStoreBase):
     def _h(self, op, keys=None):
         if self.handle is None:
             what = '' if keys is None else ' (%s)' % _keys_text(keys)
+            if self._parent_pid is not None:
+                raise MXKVUsageError(
+                    'KVStore.%s%s: this dist store belongs to process %d, which forked this '
+                    'one (pid %d); a forked child cannot use its parent\'s dist store (create '
+                    'the store after the fork, or use the spawn start method)'
+                    % (op, what, self._parent_pid, os.getpid()))
             raise MXKVUsageError('KVStore.%s on a closed KVStore%s' % (op, what))
         return self.handle
 
