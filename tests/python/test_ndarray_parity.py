@@ -100,3 +100,68 @@ def test_out_of_range_parameter_message(mxkv):
     with pytest.raises(mxkv.base.MXNetError, match=r"Out of range value for scalar, "
                                                     r"value='1e-320'"):
         mxkv.nd.ones((2,)) * 1e-320
+
+
+# --- 2. bfloat16 values ----------------------------------------------------------------
+# MXNet's bf16_t keeps the high half of static_cast<float>(value) (truncation: no rounding,
+# NaN payloads kept, so 0x7f800001 becomes infinity); reading widens to float32.  Arrays
+# hold the raw bits; numpy sources of nd.array / a[:] = ... are taken as raw bits (MXNet's
+# frontend converts them with numpy to the structured uint16 dtype).
+BF16 = np.dtype([('bfloat16', np.uint16)])
+F32_EDGE = np.concatenate([
+    np.array([1.0, 1.00390625, 1.01171875, -0.5, np.nan, -np.nan, np.inf, -np.inf, 3.4e38,
+              3.39e38, 1e-40, -1e-45, 0.0, -0.0, 300.0, -2.5, 1e10, -1e10, 255.5, 256.0],
+             dtype=np.float32),
+    np.array([0x7f800001, 0xffc00001, 0x7fbfffff, 0x7f7fffff], np.uint32).view(np.float32)])
+SOURCES = {
+    'float64': np.array([1 + 2 ** -7 - 2 ** -30, 1 + 2 ** -8, 1e300, np.nan, -3.75]),
+    'float16': np.array([1.0, 65504, np.nan, 3.01171875, -0.0]),
+    'int32': np.array([257, 259, -257, 2 ** 31 - 1, -2 ** 31, 16777217]),
+    'int64': np.array([2 ** 62 + 2 ** 40, 16777217 + 2 ** 30, -7]),
+    'uint8': np.array([255, 3, 0]),
+    'int8': np.array([-128, 127, 5]),
+    'bool': np.array([1, 0, 1]),
+}
+
+
+def _bits(arr):
+    return arr.asnumpy().view(np.uint16)
+
+
+BFLOAT16 = {
+    'ones': lambda mx: _bits(mx.nd.ones((3,), dtype=BF16)),
+    'zeros': lambda mx: _bits(mx.nd.zeros((3,), dtype=BF16)),
+    'float32 astype': lambda mx: _bits(mx.nd.array(F32_EDGE).astype(BF16)),
+    'float32 copyto': lambda mx: _bits(mx.nd.array(F32_EDGE).copyto(
+        mx.nd.zeros(F32_EDGE.shape, dtype=BF16))),
+    'float32 [:]= NDArray': lambda mx: _bits(_assign(mx.nd.zeros(F32_EDGE.shape, dtype=BF16),
+                                                     slice(None), mx.nd.array(F32_EDGE))),
+    'float32 [1:]= NDArray': lambda mx: _bits(_assign(
+        mx.nd.zeros(F32_EDGE.shape, dtype=BF16), slice(1, None), mx.nd.array(F32_EDGE[1:]))),
+    'float32 round trip': lambda mx: mx.nd.array(F32_EDGE).astype(BF16).astype('float32'),
+    'full 1+2^-7-2^-30': lambda mx: _bits(mx.nd.full((2,), 1 + 2 ** -7 - 2 ** -30, dtype=BF16)),
+    'full 3.3': lambda mx: _bits(mx.nd.full((2,), 3.3, dtype=BF16)),
+    'full nan': lambda mx: _bits(mx.nd.full((2,), float('nan'), dtype=BF16)),
+    '[:]= 2.5': lambda mx: _bits(_assign(mx.nd.zeros((3,), dtype=BF16), slice(None), 2.5)),
+    '[1]= 3.3': lambda mx: _bits(_assign(mx.nd.zeros((3,), dtype=BF16), 1, 3.3)),
+    '[1:]= -1e30': lambda mx: _bits(_assign(mx.nd.zeros((3,), dtype=BF16), slice(1, None),
+                                            -1e30)),
+    '[:]= numpy (raw bits)': lambda mx: _bits(_assign(mx.nd.zeros((3,), dtype=BF16),
+                                                      slice(None), np.array([1., 2., 3.]))),
+    '[:]= list (raw bits)': lambda mx: _bits(_assign(mx.nd.zeros((3,), dtype=BF16),
+                                                     slice(None), [2.5, 3, 1])),
+    'array numpy (raw bits)': lambda mx: _bits(mx.nd.array(np.array([1.0, 2.0]), dtype=BF16)),
+    'bfloat16 -> float32 [1:]': lambda mx: _assign(mx.nd.zeros((3,)), slice(1, None),
+                                                   mx.nd.array([3.0, 1.01171875]).astype(BF16)),
+}
+for _src, _vals in SOURCES.items():
+    BFLOAT16['%s astype' % _src] = (lambda v, t: lambda mx: _bits(
+        mx.nd.array(v, dtype=t).astype(BF16)))(_vals, _src)
+for _dst in ('float64', 'float16', 'int32', 'int64', 'int8', 'uint8', 'bool'):
+    BFLOAT16['to %s' % _dst] = (lambda t: lambda mx: mx.nd.array(F32_EDGE).astype(BF16)
+                                .astype(t))(_dst)
+
+
+@pytest.mark.parametrize('name', sorted(BFLOAT16))
+def test_bfloat16_values(both, name):
+    run_both(both, BFLOAT16[name], name)

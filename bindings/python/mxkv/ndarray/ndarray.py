@@ -39,6 +39,39 @@ _DTYPE_NP_TO_MX = {
 _DTYPE_MX_TO_NP = {v: k for k, v in _DTYPE_NP_TO_MX.items()}
 _DTYPE_MX_TO_NP[12] = bfloat16
 
+
+
+# --- bfloat16 values (MXNet's mshadow::bfloat::bf16_t): a bf16 is the high half of a
+# float32; converting to bf16 goes through float (`static_cast<float>(v)`, so float64 and
+# integers are rounded to float32 first) and keeps the high 16 bits, truncating (no
+# rounding, NaN payloads and all); converting from bf16 widens to that float32 and casts
+# it like any float32.  numpy has no bfloat16, so these arrays hold the raw bits (uint16).
+def _bf16_decode(bits):
+    """uint16 bfloat16 bits -> float32 values"""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _bf16_encode(values):
+    """numeric values -> uint16 bfloat16 bits, as bf16_t(static_cast<float>(v))"""
+    with np.errstate(all='ignore'):
+        f32 = np.asarray(values).astype(np.float32)
+    return (f32.view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _convert(src, src_dtype, dst_dtype):
+    """numpy values `src` of NDArray dtype `src_dtype` as storage values of `dst_dtype`
+    (the element conversion of MXNet's copy / cast operators)"""
+    if src_dtype is bfloat16:
+        src = _bf16_decode(src)
+    if dst_dtype is bfloat16:
+        return _bf16_encode(src)
+    dst = np.dtype(dst_dtype)
+    if src.dtype == dst:
+        return src
+    with np.errstate(all='ignore'):
+        return src.astype(dst)
+
+
 _STORAGE_TYPE_UNDEFINED = -1
 _STORAGE_TYPE_DEFAULT = 0
 _STORAGE_TYPE_ROW_SPARSE = 1
@@ -395,8 +428,7 @@ class NDArray(object):
                                 + other.stype)
             src = self._view()
             dst = other._view(write=True)
-            np.copyto(dst, src.astype(dst.dtype, copy=False) if src.dtype != dst.dtype
-                      else src, casting='unsafe')
+            np.copyto(dst, _convert(src, self.dtype, other.dtype), casting='unsafe')
             return other
         if isinstance(other, Context):
             hret = NDArray(_new_alloc_handle(self.shape, other, True, self.dtype))
@@ -475,13 +507,13 @@ class NDArray(object):
             if full and value.shape == self.shape:
                 value.copyto(self)
                 return
-            src = value._view()
+            src = _convert(value._view(), value.dtype, self.dtype)
             dst = self._view(write=True)
-            dst[key] = src.astype(dst.dtype) if src.dtype != dst.dtype else src
+            dst[key] = src
             return
         if isinstance(value, numeric_types):
-            dst = self._arith_view(write=True)
-            dst[key] = self._scalar(value)
+            dst = self._view(write=True)
+            dst[key] = self._scalar(value, 'value')
             return
         if full:
             value = np.asarray(value, dtype=self._np_dtype)
@@ -493,10 +525,13 @@ class NDArray(object):
         dst[key] = np.asarray(value, dtype=dst.dtype)
 
     # --- arithmetic ----------------------------------------------------------------------
-    def _scalar(self, value):
+    def _scalar(self, value, name='scalar'):
         """`value` as this array's element type, the way MXNet's scalar operators see it
-        (str(float(value)) parsed as double by dmlc, then cast to the dtype)."""
-        dval = dmlc_double(float(value), 'scalar')
+        (str(float(value)) parsed as double by dmlc, then cast to the dtype; the raw bits
+        for bfloat16)."""
+        dval = dmlc_double(float(value), name)
+        if self.dtype is bfloat16:
+            return _bf16_encode(np.float64(dval))[()]
         dt = self._np_dtype
         if dt == np.float16:
             return np.float16(np.float32(dval))
@@ -715,7 +750,7 @@ def zeros(shape, ctx=None, dtype=None, stype=None, **kwargs):  # pylint: disable
 def ones(shape, ctx=None, dtype=None, **kwargs):  # pylint: disable=unused-argument
     """An array of ones."""
     arr = empty(shape, ctx, dtype)
-    arr._view(write=True)[...] = 1
+    arr._view(write=True)[...] = arr._scalar(1)
     return arr
 
 
