@@ -165,3 +165,55 @@ for _dst in ('float64', 'float16', 'int32', 'int64', 'int8', 'uint8', 'bool'):
 @pytest.mark.parametrize('name', sorted(BFLOAT16))
 def test_bfloat16_values(both, name):
     run_both(both, BFLOAT16[name], name)
+
+
+# --- 3. reshape: MXNet's special values and reverse --------------------------------------
+# (source shape, positional args, keyword args); MXNet's frontend raises ValueError when
+# the size changes, MXNDArrayReshape64 MXNetError when its checks fail or the target is
+# larger than the source.
+RESHAPES = [
+    ((2, 3, 4), [(0, -1)], {}), ((2, 3, 4), [(-2,)], {}), ((2, 3, 4), [(6, -2)], {}),
+    ((2, 3, 4), [(-3, 4)], {}), ((2, 3, 4), [(2, -3)], {}), ((2, 3, 4), [(-4, 1, 2, -2)], {}),
+    ((2, 3, 4), [(0, 0, -1)], {}), ((2, 3, 4), [(4, 0, 2)], {}), ((2, 3, 4), [(-1, 0)], {}),
+    ((2, 3, 4), [(2, 3)], {}), ((2, 3, 4), [(5, -1)], {}), ((2, 3, 4), [(-5, 2)], {}),
+    ((2, 3, 4), [(0, 0, 0, 0)], {}), ((2, 3, 4), [(-3, -3)], {}), ((2, 3, 4), [(-3, -2)], {}),
+    ((2, 3, 4), [(-2, -3)], {}), ((2, 3, 4), [(-4, -1, 2, -2)], {}),
+    ((2, 3, 4), [(-4, 2, -1, -2)], {}), ((2, 3, 4), [(-4, -1, -1, -2)], {}),
+    ((2, 3, 4), [(-4, 3, 2, -2)], {}), ((2, 3, 4), [(-4, 1)], {}),
+    ((2, 3, 4), [(2, -4, 3, 1, 4)], {}), ((2, 3, 4), [(-4, -1, -2, -2)], {}),
+    ((2, 3, 4), [(-1, -1)], {}), ((2, 3, 4), [(-1,)], {}), ((2, 3, 4), [(24,)], {}),
+    ((2, 3, 4), [(25,)], {}), ((2, 3, 4), [(0, -1)], {'reverse': True}),
+    ((2, 3, 4), [(-1, 0)], {'reverse': True}), ((2, 3, 4), [(-3, 0)], {'reverse': True}),
+    ((2, 3, 4), [(0, -3)], {'reverse': True}), ((2, 3, 4), [(-4, 2, 2, 0, 0)], {'reverse': True}),
+    ((2, 3, 4), [(0, 0, -4, 2, 2)], {'reverse': True}), ((2, 3, 4), [(0, -4, 3, -1, 0)],
+                                                          {'reverse': True}),
+    ((2, 3, 4), [(-2, 1)], {}), ((2, 3, 4), [(1, -2)], {}), ((2, 3, 4), [(1, -2, 1)], {}),
+    ((2, 3, 4), [(-2, -2)], {}), ((2, 3, 4), [(2, 12)], {}), ((2, 3, 4), [2, 12], {}),
+    ((2, 3, 4), [], {'shape': (4, 6)}), ((2, 3, 4), [], {'shape': (4, 0), 'reverse': True}),
+    ((2, 3, 4), [], {}), ((2, 3, 4), [()], {}), ((2, 3, 4), [(2, 12)], {'foo': 1}),
+    ((0, 3), [(-1,)], {}), ((0, 3), [(-1, 0)], {}), ((0, 3), [(3, 0)], {}), ((4,), [(-1, 0)], {}),
+    ((2, 3, 4), [(2, 3, 4, 1, 1)], {}), ((2, 3, 4), [(0, 3, 4, 0)], {}),
+    ((2, 3, 4), [(-1, 5)], {}), ((2, 3, 4), [(np.int64(4), 6)], {}), ((2, 3, 4), [[4, 6]], {}),
+    ((2, 3, 4), [(4.0, 6)], {}), ((2, 3, 4), [(True, 24)], {}), ((2, 3, 4), [(-4, 2, 1, 12)], {}),
+    ((2, 3, 4), [(-4, 0, 2, 12)], {}), ((2, 3, 4), [(-4, 2, 0, 12)], {}), ((2, 3, 4), [(-3,)], {}),
+    ((2, 3, 4), [(0, -3, -3)], {}), ((2, 3, 4), [(2 ** 33, 3)], {}),
+    ((2, 3, 4), [(-1, 2 ** 33)], {}),
+]
+
+
+def _reshape(mx, shape, args, kwargs):
+    src = mx.nd.array(np.arange(int(np.prod(shape))).reshape(shape))
+    return src.reshape(*args, **kwargs)
+
+
+@pytest.mark.parametrize('case', RESHAPES, ids=repr)
+def test_reshape_special_values(both, case):
+    run_both(both, lambda mx: _reshape(mx, *case), repr(case))
+
+
+@pytest.mark.parametrize('case', [((0, 3), [(0, -1)], {}), ((2, 3, 4), [(-4, -1, 0, 12)], {}),
+                                  ((2, 3, 4), [(-4, 0, -1, -2)], {})], ids=repr)
+def test_reshape_division_by_zero_raises(mxkv, case):
+    """MXNet divides by zero (SIGFPE, the process dies); mxkv raises"""
+    with pytest.raises(mxkv.base.MXNetError, match='zero'):
+        _reshape(mxkv, *case)

@@ -456,11 +456,34 @@ class NDArray(object):
         return res
 
     def reshape(self, *shape, **kwargs):
-        """A reshaped **copy** (libmxkv has no MXNDArrayReshape; MXNet returns a view)."""
+        """A reshaped **copy** (libmxkv has no MXNDArrayReshape; MXNet returns a view).
+
+        `shape` takes MXNet's special values (0 copies a dim, -1 infers one, -2 copies
+        the rest, -3 merges two dims, -4 splits one in two) and ``reverse=True`` applies
+        them from the right, as MXNet's ``MXNDArrayReshape64``."""
         if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
             shape = shape[0]
-        shape = kwargs.get('shape', shape)
-        data = self.asnumpy().reshape(shape)
+        elif not shape:
+            shape = kwargs.get('shape')
+            assert shape, "Shape must be provided."
+        if not all(k in ['shape', 'reverse'] for k in kwargs):
+            raise TypeError(
+                "Got unknown keywords in reshape: {}. "
+                "Accepted keyword arguments are 'shape' and 'reverse'.".format(
+                    ', '.join([k for k in kwargs if k not in ['shape', 'reverse']])))
+        new_shape = _infer_reshape(self.shape, shape, kwargs.get('reverse', False))
+        size = self.size
+        new_size = 1
+        for dim in new_shape:
+            new_size *= dim
+        if new_size > size:  # NDArray::Reshape
+            raise MXNetError('NDArray.Reshape: target shape %s (size %d) is larger than the '
+                             'current shape %s (size %d)'
+                             % (new_shape, new_size, self.shape, size))
+        if new_size != size:  # MXNet's frontend, after the (smaller) view was made
+            raise ValueError('Cannot reshape array of size {} into shape {}'.format(
+                size, tuple(shape)))
+        data = self.asnumpy().reshape(new_shape)
         return array(data, ctx=self.context, dtype=self.dtype)
 
     def tostype(self, stype):
@@ -660,6 +683,93 @@ class NDArray(object):
     def T(self):  # pylint: disable=invalid-name
         """transposed copy"""
         return array(self.asnumpy().T, ctx=self.context, dtype=self.dtype)
+
+
+def _c_div(num, den):
+    """integer division truncating toward zero (C's /)"""
+    quot = num // den
+    if quot < 0 and quot * den != num:
+        quot += 1
+    return quot
+
+
+def _infer_reshape(dshape, shape, reverse):
+    """MXNet's InferReshapeShape (src/operator/tensor/matrix_op-inl.h): the shape that
+    `shape` (with the special values 0, -1, -2, -3, -4) gives for an array of `dshape`.
+    Raises MXNetError where MXNet's checks fail, and where MXNet divides by zero (a -1 to
+    infer next to a zero dim, or -4 splitting with a zero factor: SIGFPE in MXNet)."""
+    params = []
+    for dim in shape:
+        if isinstance(dim, float) or isinstance(dim, np.floating):
+            raise TypeError('reshape: shape values must be integers, not %r' % (dim,))
+        params.append(operator.index(dim))
+    src = list(dshape)
+    if reverse:
+        src.reverse()
+        params.reverse()
+
+    def fail(why):
+        raise MXNetError('reshape %s of an array of shape %s%s: %s'
+                         % (tuple(shape), tuple(dshape), ' (reverse)' if reverse else '', why))
+
+    out, src_idx, inf_idx, i = [], 0, -1, 0
+    while i < len(params):
+        dim = params[i]
+        if dim == 0:
+            if src_idx >= len(src):
+                fail('0 at position %d has no source dim to copy' % i)
+            out.append(src[src_idx])
+            src_idx += 1
+        elif dim == -1:
+            if inf_idx >= 0:
+                fail('One and only one dim can be inferred')
+            inf_idx = len(out)
+            out.append(1)
+            src_idx += 1
+        elif dim == -2:
+            out.extend(src[src_idx:])
+            src_idx = max(src_idx, len(src))
+        elif dim == -3:
+            if src_idx + 1 >= len(src):
+                fail('-3 needs two source dims to merge')
+            out.append(src[src_idx] * src[src_idx + 1])
+            src_idx += 2
+        elif dim == -4:
+            if i + 2 >= len(params) or src_idx >= len(src):
+                fail('-4 needs two dims to split a source dim into')
+            whole, d1, d2 = src[src_idx], params[i + 1], params[i + 2]
+            src_idx += 1
+            i += 2
+            if d1 == -1 and d2 == -1:
+                fail('Split dims cannot both be -1.')
+            if (d1 == -1 and d2 == 0) or (d2 == -1 and d1 == 0):
+                fail('split of dim %d by zero' % whole)
+            if d1 == -1:
+                d1 = _c_div(whole, d2)
+            if d2 == -1:
+                d2 = _c_div(whole, d1)
+            if d1 * d2 != whole:
+                fail('Split dims %d, %d do not divide original dim %d' % (d1, d2, whole))
+            out.extend((d1, d2))
+        else:
+            out.append(dim)
+            src_idx += 1
+        i += 1
+    if any(d < 0 for d in out):
+        fail('Shape dim size cannot be a negative value: %s' % (tuple(out),))
+    if inf_idx >= 0:
+        rest = 1
+        for d in out:
+            rest *= d
+        if rest == 0:
+            fail('cannot infer the -1 dim next to a zero dim (MXNet divides by zero)')
+        size = 1
+        for d in dshape:
+            size *= d
+        out[inf_idx] = size // rest
+    if reverse:
+        out.reverse()
+    return tuple(out)
 
 
 def _storage_fallback(lhs, rhs, ufunc, reverse, out):
