@@ -731,7 +731,9 @@ def test_opcode_limit(mxkv, op):
 
 
 def test_shared_structure_is_not_walked_exponentially(mxkv, op):
-    """2**200 paths through 200 shared lists: the check visits each object once"""
+    """2**200 paths through 200 shared lists: refused at once (lr_mult holds numbers); and
+    an accepted sym_info whose 2000 names share one attribute dict of 2000 entries is
+    checked once per object, not once per path"""
     nested = []
     for _ in range(200):
         nested = [nested, nested]
@@ -739,17 +741,25 @@ def test_shared_structure_is_not_walked_exponentially(mxkv, op):
     opt.lr_mult = {'deep': nested}
     body = pickle.dumps(opt, 2)
     assert len(body) < 10000
+    inner = {'k%d' % i: 'v' for i in range(2000)}
+    opt = mxkv.optimizer.SGD()
+    opt.sym_info = ({'p%d' % i: inner for i in range(2000)}, ['p%d' % i for i in range(2000)])
+    shared = pickle.dumps(opt, 2)
 
     def alarm(*_):
         raise TimeoutError('loads walked the shared structure path by path')
     old = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(30)
     try:
-        got = op.loads(body)
+        with pytest.raises(op.RefusedPickleError, match=r"SGD\.lr_mult\['deep'\] is a "
+                           r'builtins\.list') as err:
+            op.loads(body)
+        got = op.loads(shared)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
-    assert got.lr_mult['deep'][0] is got.lr_mult['deep'][1]
+    assert err.value.global_name == 'builtins.list'
+    assert got.sym_info[0]['p0'] is got.sym_info[0]['p1999']
 
 
 DEEP_KEY = r'''

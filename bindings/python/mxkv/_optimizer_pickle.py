@@ -41,7 +41,15 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     any opcode not known to be harmless is refused.
     The loaded object is then checked: the top object is an optimizer, an lr scheduler
     appears only as its ``lr_scheduler``, every instance has exactly the attributes mxkv's
-    class has (missing or extra ones are refused), and all other values are plain.
+    class has (missing or extra ones are refused), and each attribute holds what MXNet
+    1.9.1's class holds there: ``idx2name`` maps to str names, ``lr_mult``/``wd_mult`` to
+    numbers, the update counters to ints, ``sym_info`` is ``()`` or (attribute dict of str,
+    list of str argument names), a scheduler's ``step`` list holds numbers, and every other
+    attribute is a scalar (``None``, ``bool``, ``int``, ``float``, ``str``).  Nothing the
+    server later hashes or compares can be a container, so neither a tuple nested 400000
+    deep (hashing it overflows the C stack) nor a DAG of shared tuples (2^64 steps to hash)
+    gets through; the error names the attribute's path (``SGD.idx2name[3] is a
+    builtins.tuple; ...``).
     Bodies longer than ``max_bytes`` (default :data:`MAX_BODY_BYTES`, 4 MiB) are refused
     before they are parsed, and parsing stops after ``max_opcodes`` opcodes (default
     :data:`MAX_OPCODES`, 10^6), which bounds the memory a hostile body can make the server
@@ -126,8 +134,9 @@ class _Tables(object):
                 self.mx_name[klass] = (_MX_LRS_MODULE, name)
                 self.by_name[(_MX_LRS_MODULE, name)] = klass
                 self.by_name[(klass.__module__, klass.__qualname__)] = klass
-            self.attrs = {klass: frozenset(_state_of(_default_instance(klass)))
-                          for klass in self.mx_name}
+            self.defaults = {klass: _state_of(_default_instance(klass))
+                             for klass in self.mx_name}
+            self.attrs = {klass: frozenset(state) for klass, state in self.defaults.items()}
             cls._done = self
         return cls._done
 
@@ -150,8 +159,7 @@ def accepted_globals():
     """Every ``module.name`` :func:`loads` resolves, sorted."""
     t = _Tables.get()
     names = ['%s.%s' % key for key in t.by_name]
-    names += ['copyreg._reconstructor', 'copy_reg._reconstructor', 'builtins.object',
-              '__builtin__.object']
+    names += ['%s.%s' % key for key in _FIXED_GLOBALS]
     return sorted(names)
 
 
@@ -279,16 +287,23 @@ _FIXED_GLOBALS = {('copyreg', '_reconstructor'): _RECONSTRUCTOR,
 
 
 def _what(obj):
-    return obj.name if isinstance(obj, _Placeholder) else _type_name(obj)
+    if isinstance(obj, _Placeholder):
+        return obj.name
+    return _type_name(obj)
 
 
 _KEY_TYPES = (type(None), bool, int, float, str)
+_NUMBER_TYPES = frozenset((bool, int, float))
+
+
+def _is_scalar(value):
+    return type(value) in _KEY_TYPES
 
 
 def _key(key):
     """a dict key or set element: a scalar (hashing a deeply nested tuple recurses in C
     without a depth check and crashes the process; MXNet's states key by int or str)"""
-    if type(key) not in _KEY_TYPES:
+    if not _is_scalar(key):
         raise RefusedPickleError('optimizer pickle refused: a %s as a dict key or set element'
                                  % _what(key), _what(key))
     return key
@@ -513,50 +528,120 @@ _RestrictedUnpickler.dispatch = _Dispatch(
     (code, _counted(load)) for code, load in _RestrictedUnpickler.dispatch.items())
 
 
+# What each attribute of MXNet 1.9.1's optimizers and lr schedulers holds (optimizer.py,
+# lr_scheduler.py), as the loaded graph must have it: names are str, multipliers and
+# counters numbers, everything else a scalar. Nothing deeper can get through: a value the
+# server later hashes or compares (Optimizer._get_lrs hashes idx2name[index]) is a scalar,
+# so a tuple nested 400000 deep (hashing it overflows the C stack) or a DAG of shared
+# tuples (2^64 steps to hash) is refused here.
+_STR, _NUMBER, _INT, _SCALAR = 'a str', 'a number', 'an int', 'a scalar'
+_OPT_SPECS = {
+    'idx2name': ('dict', _STR),
+    'lr_mult': ('dict', _NUMBER),
+    'wd_mult': ('dict', _NUMBER),
+    '_index_update_count': ('dict', _INT),
+    '_all_index_update_counts': ('dict', ('dict', _INT)),
+    # () or (symbol.attr_dict(), symbol.list_arguments())
+    'sym_info': ('sym_info',),
+    'param_dict': ('empty',),   # never pickled; Optimizer.__setstate__ sets {}
+}
+_WANT = {_STR: 'a str (a parameter name)', _NUMBER: 'a number', _INT: 'an int',
+         _SCALAR: 'None, a bool, int, float or str'}
+
+
+def _short(key):
+    text = repr(key)
+    return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _check_value(value, spec, where, tables, seen):
+    """value against spec; containers are walked once per (object, spec)"""
+    todo = [(value, spec, where)]
+    while todo:
+        value, spec, where = todo.pop()
+        t = type(value)
+        if spec in _WANT:
+            if spec is _STR:
+                ok = t is str
+            elif spec is _NUMBER:
+                ok = t in _NUMBER_TYPES
+            elif spec is _INT:
+                ok = t is int or t is bool
+            else:
+                ok = t in _KEY_TYPES
+            if not ok:
+                raise RefusedPickleError(
+                    'optimizer pickle refused: %s is a %s; MXNet\'s optimizer holds %s there'
+                    % (where, _what(value), _WANT[spec]), _what(value))
+            continue
+        if (id(value), spec) in seen:
+            continue
+        seen.add((id(value), spec))
+        kind = spec[0]
+        if kind == 'empty':
+            if not (t is dict and not value):
+                raise RefusedPickleError('optimizer pickle refused: %s is a %s, not {}'
+                                         % (where, _what(value)), _what(value))
+        elif kind == 'dict':
+            if t is not dict:
+                raise RefusedPickleError(
+                    'optimizer pickle refused: %s is a %s; MXNet\'s optimizer holds a dict '
+                    'there' % (where, _what(value)), _what(value))
+            for k, v in value.items():
+                todo.append((k, _SCALAR, '%s key %s' % (where, _short(k))))
+                todo.append((v, spec[1], '%s[%s]' % (where, _short(k))))
+        elif kind == 'seq':
+            if t is not list and t is not tuple:
+                raise RefusedPickleError(
+                    'optimizer pickle refused: %s is a %s; MXNet holds a list there'
+                    % (where, _what(value)), _what(value))
+            todo.extend((v, spec[1], '%s[%d]' % (where, i)) for i, v in enumerate(value))
+        elif kind == 'sym_info':
+            if (t is not list and t is not tuple) or len(value) not in (0, 2):
+                raise RefusedPickleError(
+                    'optimizer pickle refused: %s is a %s; MXNet\'s optimizer holds () or '
+                    '(attribute dict, argument names) there' % (where, _what(value)),
+                    _what(value))
+            if value:
+                todo.append((value[0], ('dict', ('dict', _STR)), where + '[0]'))
+                todo.append((value[1], ('seq', _STR), where + '[1]'))
+
+
 def _check_loaded(top, tables):
     """The loaded graph: an optimizer on top, an lr scheduler only as its lr_scheduler,
-    exactly mxkv's attributes, plain values elsewhere."""
+    exactly mxkv's attributes, each holding what MXNet's class holds there."""
     if type(top) not in tables.optimizers:
         raise RefusedPickleError('optimizer pickle refused: it holds a %s, not an optimizer'
                                  % _what(top), _what(top))
     seen = set()
-    todo = [(top, None)]
-    while todo:
-        obj, role = todo.pop()
-        t = type(obj)
-        if t in tables.mx_name and ((t in tables.optimizers) != (role is None) or
-                                    (t in tables.schedulers and role != 'lr_scheduler')):
-            raise RefusedPickleError('optimizer pickle refused: a %s inside the optimizer'
-                                     % _what(obj), _what(obj))
-        if id(obj) in seen:
+    for obj in (top, top.__dict__.get('lr_scheduler')):
+        if obj is None:
             continue
-        seen.add(id(obj))
-        if t in tables.mx_name:
-            state = obj.__dict__
-            have, want = set(state), tables.attrs[t] | {'param_dict'}
-            if have - want or want - have - {'param_dict'}:
-                raise RefusedPickleError(
-                    'optimizer pickle refused: %s state has unexpected attributes %s and '
-                    'lacks %s' % (_what(obj), sorted(have - want) or 'none',
-                                  sorted(want - have - {'param_dict'}) or 'none'), _what(obj))
-            for key, value in state.items():
-                if key == 'lr_scheduler' and t in tables.optimizers:
-                    if value is not None and type(value) not in tables.schedulers:
-                        raise RefusedPickleError(
-                            'optimizer pickle refused: lr_scheduler is a %s' % _what(value),
-                            _what(value))
-                    todo.append((value, 'lr_scheduler'))
-                else:
-                    todo.append((value, 'value'))
-        elif t in (tuple, list):
-            todo.extend((v, 'value') for v in obj)
-        elif t is dict:
-            for k, v in obj.items():
-                todo.append((k, 'value'))
-                todo.append((v, 'value'))
-        elif t not in _PLAIN:
-            raise RefusedPickleError('optimizer pickle refused: a %s value is not allowed'
-                                     % _what(obj), _what(obj))
+        t = type(obj)
+        name = t.__name__
+        state = obj.__dict__
+        have, want = set(state), tables.attrs[t] | {'param_dict'}
+        if have - want or want - have - {'param_dict'}:
+            raise RefusedPickleError(
+                'optimizer pickle refused: %s state has unexpected attributes %s and '
+                'lacks %s' % (_what(obj), sorted(have - want) or 'none',
+                              sorted(want - have - {'param_dict'}) or 'none'), _what(obj))
+        defaults = tables.defaults[t]
+        for key, value in state.items():
+            where = '%s.%s' % (name, key)
+            if key == 'lr_scheduler' and t in tables.optimizers:
+                if value is not None and type(value) not in tables.schedulers:
+                    raise RefusedPickleError(
+                        'optimizer pickle refused: lr_scheduler is a %s' % _what(value),
+                        _what(value))
+                continue
+            if t in tables.optimizers and key in _OPT_SPECS:
+                spec = _OPT_SPECS[key]
+            elif type(defaults.get(key)) in (list, tuple):
+                spec = ('seq', _NUMBER)      # MultiFactorScheduler.step
+            else:
+                spec = _SCALAR
+            _check_value(value, spec, where, tables, seen)
 
 
 def loads(body, max_bytes=MAX_BODY_BYTES, max_opcodes=MAX_OPCODES):
