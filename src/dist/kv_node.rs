@@ -9,7 +9,9 @@ use super::postoffice::{Customer, Postoffice, SCHEDULER};
 use super::server::{Controller, Flow, KvServer, ServerConfig, ServerEvent};
 use super::worker::{KvWorker, WorkerConfig};
 use crate::error::{Error, Result};
+use crate::store::UpdaterSlot;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -65,33 +67,47 @@ pub fn worker_on(po: &Arc<Postoffice>, customer_id: i32) -> Arc<KvWorker> {
     w
 }
 
-/// A server node's receive side. Data requests are handled right on the
-/// van's receive thread while no updater is installed (a sum or an assign
-/// never waits, and skipping the hand-off saves a thread wake-up per request,
-/// ~20 µs here); commands, and data requests once an updater is installed,
-/// go to the thread running [`serve`] (where MXNet runs its controller and
-/// updater). Each worker waits for its commands' answers before it sends
-/// more, so this keeps every worker's order.
+/// A server node's receive side, on the van's receive thread, which must
+/// never wait for the server: it also takes the scheduler's heartbeats, and
+/// an updater may run for longer than the heartbeat timeout (the scheduler
+/// then declared the server dead). Data requests are handled right here
+/// while no updater is installed, the server is free (`try_lock`) and no
+/// earlier message is still queued (a sum or an assign never waits, and
+/// skipping the hand-off saves a thread wake-up per request, ~20 µs here);
+/// everything else (commands, data requests once an updater is installed or
+/// while the server is busy) goes through the queue to the thread running
+/// [`serve`] (where MXNet runs its controller and updater), in arrival
+/// order: a message is handled here only when every message queued before
+/// it has been handled, so each worker's order is kept.
 struct ServerInbox {
     server: Arc<Mutex<KvServer>>,
+    /// The server's updater slot (read without the server lock).
+    slot: UpdaterSlot,
     out: PostofficeTransport,
     tx: Mutex<mpsc::Sender<ServerEvent>>,
+    /// Messages queued and not yet handled by [`serve`].
+    queued: Arc<AtomicUsize>,
 }
 
 impl Customer for ServerInbox {
     fn on_message(&self, msg: Message) {
-        if !msg.simple_app {
-            let mut s = self.server.lock();
-            if s.updater_slot().get().is_none() {
-                let mut no_controller = |_: i32, _: &[u8]| -> Result<()> {
-                    Err(Error::new(
-                        "internal: a data request reached the controller",
-                    ))
-                };
-                s.handle(msg, &self.out, &mut no_controller);
-                return;
+        if !msg.simple_app && self.queued.load(Ordering::Acquire) == 0 && self.slot.get().is_none()
+        {
+            if let Some(mut s) = self.server.try_lock() {
+                // checked again under the lock: `serve` installs updaters
+                // (its controller) while it holds the lock
+                if self.queued.load(Ordering::Acquire) == 0 && s.updater_slot().get().is_none() {
+                    let mut no_controller = |_: i32, _: &[u8]| -> Result<()> {
+                        Err(Error::new(
+                            "internal: a data request reached the controller",
+                        ))
+                    };
+                    s.handle(msg, &self.out, &mut no_controller);
+                    return;
+                }
             }
         }
+        self.queued.fetch_add(1, Ordering::AcqRel);
         // The receiver is gone only after `serve` returned: nothing to do.
         let _ = self.tx.lock().send(ServerEvent::Message(msg));
     }
@@ -136,13 +152,16 @@ pub fn serve(
     let shared = Arc::new(Mutex::new(std::mem::replace(server, KvServer::new(cfg))));
     let (tx, rx) = mpsc::channel();
     let early = tx.clone();
+    let queued = Arc::new(AtomicUsize::new(0));
     po.register_customer(
         0,
         0,
         Arc::new(ServerInbox {
+            slot: shared.lock().updater_slot(),
             server: shared.clone(),
             out: PostofficeTransport(Arc::downgrade(po)),
             tx: Mutex::new(tx),
+            queued: queued.clone(),
         }),
     );
     // Peers lost before the server was registered were told to nobody (one
@@ -166,7 +185,12 @@ pub fn serve(
     let r = loop {
         match rx.recv_timeout(tick) {
             Ok(ServerEvent::Message(m)) => {
-                if shared.lock().handle(m, &out, controller) == Flow::Stop {
+                let mut s = shared.lock();
+                let flow = s.handle(m, &out, controller);
+                // handled (under the lock): later messages may skip the queue
+                queued.fetch_sub(1, Ordering::AcqRel);
+                drop(s);
+                if flow == Flow::Stop {
                     break Ok(());
                 }
             }
@@ -307,6 +331,81 @@ mod tests {
             s.join().unwrap().unwrap();
         }
         sched.join().unwrap();
+    }
+
+    /// The van's receive thread never waits for the server: while the
+    /// serving thread holds the server (an updater running for longer than
+    /// the heartbeat timeout: the probe's scheduler then declared the server
+    /// dead), a data request is queued and `on_message` returns at once;
+    /// with the server free and nothing queued, it is handled right there.
+    /// `on_message` used to take the server lock, and waited for the update.
+    #[test]
+    fn the_receive_side_never_waits_for_a_busy_server() {
+        use crate::dist::kv::{i32_bytes, u64_bytes};
+        let push = |ts: i32| {
+            let v: &[u8] = bytemuck::cast_slice(&[1.0f32; 2]);
+            Message {
+                request: true,
+                push: true,
+                sender: 9,
+                recver: 8,
+                timestamp: ts,
+                data: vec![u64_bytes(&[3]), v.to_vec().into(), i32_bytes(&[8])],
+                ..Message::default()
+            }
+        };
+        for with_updater in [true, false] {
+            let server = KvServer::new(ServerConfig {
+                rank: 0,
+                num_servers: 1,
+                num_workers: 1,
+            });
+            if with_updater {
+                server.updater_slot().set(Some(Arc::new(
+                    |_: i32, _: Option<&[u8]>, _: &NDArray, _: &NDArray| -> Result<()> { Ok(()) },
+                )));
+            }
+            let (tx, rx) = mpsc::channel();
+            let inbox = Arc::new(ServerInbox {
+                slot: server.updater_slot(),
+                server: Arc::new(Mutex::new(server)),
+                out: PostofficeTransport(Weak::new()),
+                tx: Mutex::new(tx),
+                queued: Arc::new(AtomicUsize::new(0)),
+            });
+            // the serving thread, busy in an update
+            let busy = inbox.server.lock();
+            let (done_tx, done_rx) = mpsc::channel();
+            let receiver = {
+                let inbox = inbox.clone();
+                std::thread::spawn(move || {
+                    inbox.on_message(push(0));
+                    let _ = done_tx.send(());
+                })
+            };
+            let returned = done_rx.recv_timeout(Duration::from_secs(10));
+            drop(busy);
+            receiver.join().unwrap();
+            assert!(
+                returned.is_ok(),
+                "on_message waited for the busy server (updater installed: {with_updater})"
+            );
+            match rx.try_recv() {
+                Ok(ServerEvent::Message(m)) => assert_eq!(m.timestamp, 0),
+                _ => panic!("the request was not queued for the serving thread"),
+            }
+            assert_eq!(inbox.queued.load(Ordering::Acquire), 1);
+            // the server is free now, but a message is still queued: the
+            // next one queues behind it (arrival order)
+            inbox.on_message(push(1));
+            assert!(matches!(rx.try_recv(), Ok(ServerEvent::Message(m)) if m.timestamp == 1));
+            if !with_updater {
+                // nothing queued, server free, no updater: handled here
+                inbox.queued.store(0, Ordering::Release);
+                inbox.on_message(push(2));
+                assert!(rx.try_recv().is_err(), "handled on the receive side");
+            }
+        }
     }
 
     /// A worker that stays connected but does nothing (frozen) must not keep
