@@ -28,8 +28,12 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     classes needs besides (probed with ``pickletools.dis`` on MXNet 1.9.1's own pickles,
     protocols 0 to 5) is ``copyreg._reconstructor(cls, object, None)`` (protocols 0 and 1,
     as ``copy_reg``/``__builtin__``), or the ``NEWOBJ`` opcode (protocols 2 to 5),
-    followed by ``BUILD`` with the state dict; MXNet's pickles of these classes contain no
-    numpy value and no other global.  Nothing found by name is ever called: the
+    followed by ``BUILD`` with the state dict.  A hyper-parameter a user gave as a numpy
+    scalar (``SGD(learning_rate=np.float32(0.5))``) is pickled by MXNet as
+    ``numpy.core.multiarray.scalar(numpy.dtype(code, False, True), raw bytes)`` (the bytes
+    through ``_codecs.encode(text, 'latin1')`` up to protocol 2): these three are accepted
+    for bool, int and float dtypes only and give the same numpy scalar, without calling
+    anything by name.  Nothing found by name is ever called: the
     reconstructor and ``object`` are placeholders, classes are only instantiated with
     ``object.__new__`` (no ``__init__``), ``BUILD`` applies a dict of str keys to an
     instance created here (the optimizers' own ``__setstate__``, a plain ``__dict__``
@@ -45,11 +49,11 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     1.9.1's class holds there: ``idx2name`` maps to str names, ``lr_mult``/``wd_mult`` to
     numbers, the update counters to ints, ``sym_info`` is ``()`` or (attribute dict of str,
     list of str argument names), a scheduler's ``step`` list holds numbers, and every other
-    attribute is a scalar (``None``, ``bool``, ``int``, ``float``, ``str``).  Nothing the
-    server later hashes or compares can be a container, so neither a tuple nested 400000
-    deep (hashing it overflows the C stack) nor a DAG of shared tuples (2^64 steps to hash)
-    gets through; the error names the attribute's path (``SGD.idx2name[3] is a
-    builtins.tuple; ...``).
+    attribute is a scalar (``None``, ``bool``, ``int``, ``float``, ``str``, a numpy
+    scalar).  Nothing the server later hashes or compares can be a container, so neither
+    a tuple nested 400000 deep (hashing it overflows the C stack) nor a DAG of shared
+    tuples (2^64 steps to hash) gets through; the error names the attribute's path
+    (``SGD.idx2name[3] is a builtins.tuple; ...``).
     Bodies longer than ``max_bytes`` (default :data:`MAX_BODY_BYTES`, 4 MiB) are refused
     before they are parsed, and parsing stops after ``max_opcodes`` opcodes (default
     :data:`MAX_OPCODES`, 10^6), which bounds the memory a hostile body can make the server
@@ -137,6 +141,7 @@ class _Tables(object):
             self.defaults = {klass: _state_of(_default_instance(klass))
                              for klass in self.mx_name}
             self.attrs = {klass: frozenset(state) for klass, state in self.defaults.items()}
+            self.np_scalars = _np_scalar_types()
             cls._done = self
         return cls._done
 
@@ -280,15 +285,52 @@ class _Placeholder(object):
 
 _RECONSTRUCTOR = _Placeholder('copyreg._reconstructor')
 _OBJECT = _Placeholder('builtins.object')
+# a numpy scalar as pickle writes it (MXNet's worker sends one for SGD(learning_rate=
+# np.float32(0.5))): numpy.core.multiarray.scalar(numpy.dtype('f4', False, True) + BUILD
+# (3, '<', ...), _codecs.encode('<raw bytes as latin-1 text>', 'latin1')) under protocols 0
+# to 2, the bytes as a BINBYTES opcode from protocol 3. None of the three is called: the
+# dtype code must be a plain bool, int or float code, the bytes exactly its size.
+_NP_SCALAR = _Placeholder('numpy.core.multiarray.scalar')
+_NP_DTYPE = _Placeholder('numpy.dtype')
+_CODECS_ENCODE = _Placeholder('_codecs.encode')
 _FIXED_GLOBALS = {('copyreg', '_reconstructor'): _RECONSTRUCTOR,
                   ('copy_reg', '_reconstructor'): _RECONSTRUCTOR,
                   ('builtins', 'object'): _OBJECT,
-                  ('__builtin__', 'object'): _OBJECT}
+                  ('__builtin__', 'object'): _OBJECT,
+                  ('numpy.core.multiarray', 'scalar'): _NP_SCALAR,
+                  ('numpy._core.multiarray', 'scalar'): _NP_SCALAR,
+                  ('numpy', 'dtype'): _NP_DTYPE,
+                  ('_codecs', 'encode'): _CODECS_ENCODE}
+#: numpy scalar dtypes a server accepts (what numpy.dtype(code).str gives, without the
+#: byte order)
+_NP_CODES = ('b1', 'i1', 'i2', 'i4', 'i8', 'u1', 'u2', 'u4', 'u8', 'f2', 'f4', 'f8')
+
+
+class _DTypeSpec(object):
+    """numpy.dtype(code, False, True) as the unpickler sees it, before its BUILD (which
+    sets the byte order)."""
+    __slots__ = ('code', 'order')
+
+    def __init__(self, code):
+        self.code = code
+        self.order = '='
+
+    def dtype(self):
+        import numpy as np
+        order = {'<': '<', '>': '>', '|': '=', '=': '='}[self.order]
+        return np.dtype(self.code).newbyteorder(order)
+
+
+def _np_scalar_types():
+    import numpy as np
+    return frozenset(np.dtype(c).type for c in _NP_CODES)
 
 
 def _what(obj):
     if isinstance(obj, _Placeholder):
         return obj.name
+    if isinstance(obj, _DTypeSpec):
+        return 'numpy.dtype'
     return _type_name(obj)
 
 
@@ -297,7 +339,8 @@ _NUMBER_TYPES = frozenset((bool, int, float))
 
 
 def _is_scalar(value):
-    return type(value) in _KEY_TYPES
+    t = type(value)
+    return t in _KEY_TYPES or t in _Tables.get().np_scalars
 
 
 def _key(key):
@@ -355,6 +398,9 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
         stack = self.stack
         args = stack.pop()
         func = stack[-1]
+        if func is _NP_DTYPE or func is _NP_SCALAR or func is _CODECS_ENCODE:
+            stack[-1] = self._numpy(func, args)
+            return
         if func is not _RECONSTRUCTOR:
             raise RefusedPickleError('optimizer pickle refused: call of %s' % _what(func),
                                      _what(func))
@@ -366,6 +412,46 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
                 '(class, builtins.object, None) is allowed' % detail,
                 _what(args[0]) if type(args) is tuple and args else None)
         stack[-1] = self._new(args[0], 'copyreg._reconstructor')
+
+    def _numpy(self, func, args):
+        """numpy.dtype(code, False, True), _codecs.encode(text, 'latin1') or
+        numpy.core.multiarray.scalar(dtype, data), as a numpy scalar's pickle has them;
+        nothing is called by name"""
+        def refuse(detail):
+            raise RefusedPickleError('optimizer pickle refused: %s(%s): %s'
+                                     % (func.name, ', '.join(_what(a) for a in args)
+                                        if type(args) is tuple else _what(args), detail),
+                                     func.name)
+        if type(args) is not tuple:
+            refuse('arguments are not a tuple')
+        if func is _NP_DTYPE:
+            if not (len(args) == 3 and type(args[0]) is str and args[1] in (0, False)
+                    and args[2] in (1, True)):
+                refuse("only numpy.dtype(code, False, True) is allowed")
+            code = args[0].lstrip('<>|=')
+            if code not in _NP_CODES:
+                refuse('dtype %r is not a bool, int or float scalar type (allowed: %s)'
+                       % (args[0], ', '.join(_NP_CODES)))
+            spec = _DTypeSpec(code)
+            self._created[id(spec)] = spec
+            return spec
+        if func is _CODECS_ENCODE:
+            if not (len(args) == 2 and type(args[0]) is str and args[1] in ('latin1',
+                                                                             'latin-1')):
+                refuse("only _codecs.encode(text, 'latin1') is allowed")
+            try:
+                return args[0].encode('latin1')
+            except UnicodeEncodeError:
+                refuse('text outside latin-1')
+        if not (len(args) == 2 and type(args[0]) is _DTypeSpec
+                and self._created.get(id(args[0])) is args[0] and type(args[1]) is bytes):
+            refuse('only numpy.core.multiarray.scalar(dtype, bytes) is allowed')
+        dtype = args[0].dtype()
+        if len(args[1]) != dtype.itemsize:
+            refuse('%d bytes for a %s scalar of %d' % (len(args[1]), dtype.name,
+                                                        dtype.itemsize))
+        import numpy as np
+        return np.frombuffer(args[1], dtype=dtype)[0]   # a numpy scalar, native order
 
     def load_newobj(self):
         args = self.stack.pop()
@@ -393,6 +479,20 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
         if id(inst) in self._built:
             raise RefusedPickleError('optimizer pickle refused: second BUILD on a %s'
                                      % _what(inst), _what(inst))
+        if type(inst) is _DTypeSpec:
+            # numpy's dtype state: (version, byte order, subarray, names, fields, elsize,
+            # alignment, flags[, metadata]); for a scalar dtype only the byte order counts
+            if not (type(state) is tuple and len(state) in (8, 9) and state[0] in (3, 4)
+                    and state[1] in ('<', '>', '|', '=')
+                    and state[2] is None and state[3] is None and state[4] is None
+                    and all(type(v) is int for v in state[5:8])
+                    and (len(state) == 8 or state[8] is None)):
+                raise RefusedPickleError('optimizer pickle refused: numpy.dtype state %s is '
+                                         'not that of a scalar dtype' % _what(state),
+                                         'numpy.dtype')
+            self._built.add(id(inst))
+            inst.order = state[1]
+            return
         if type(state) is not dict or any(type(k) is not str for k in state):
             raise RefusedPickleError('optimizer pickle refused: the state of a %s must be a '
                                      'dict with str keys, not a %s' % (_what(inst), _what(state)),
@@ -530,10 +630,10 @@ _RestrictedUnpickler.dispatch = _Dispatch(
 
 # What each attribute of MXNet 1.9.1's optimizers and lr schedulers holds (optimizer.py,
 # lr_scheduler.py), as the loaded graph must have it: names are str, multipliers and
-# counters numbers, everything else a scalar. Nothing deeper can get through: a value the
-# server later hashes or compares (Optimizer._get_lrs hashes idx2name[index]) is a scalar,
-# so a tuple nested 400000 deep (hashing it overflows the C stack) or a DAG of shared
-# tuples (2^64 steps to hash) is refused here.
+# counters numbers, everything else a scalar (a numpy scalar included). Nothing deeper can
+# get through: a value the server later hashes or compares (Optimizer._get_lrs hashes
+# idx2name[index]) is a scalar, so a tuple nested 400000 deep (hashing it overflows the C
+# stack) or a DAG of shared tuples (2^64 steps to hash) is refused here.
 _STR, _NUMBER, _INT, _SCALAR = 'a str', 'a number', 'an int', 'a scalar'
 _OPT_SPECS = {
     'idx2name': ('dict', _STR),
@@ -546,7 +646,7 @@ _OPT_SPECS = {
     'param_dict': ('empty',),   # never pickled; Optimizer.__setstate__ sets {}
 }
 _WANT = {_STR: 'a str (a parameter name)', _NUMBER: 'a number', _INT: 'an int',
-         _SCALAR: 'None, a bool, int, float or str'}
+         _SCALAR: 'None, a bool, int, float, str or numpy scalar'}
 
 
 def _short(key):
@@ -564,11 +664,12 @@ def _check_value(value, spec, where, tables, seen):
             if spec is _STR:
                 ok = t is str
             elif spec is _NUMBER:
-                ok = t in _NUMBER_TYPES
+                ok = t in _NUMBER_TYPES or t in tables.np_scalars
             elif spec is _INT:
-                ok = t is int or t is bool
+                ok = t is int or t is bool or (t in tables.np_scalars
+                                               and value.dtype.kind in 'biu')
             else:
-                ok = t in _KEY_TYPES
+                ok = t in _KEY_TYPES or t in tables.np_scalars
             if not ok:
                 raise RefusedPickleError(
                     'optimizer pickle refused: %s is a %s; MXNet\'s optimizer holds %s there'

@@ -10,12 +10,15 @@ The server's controller installs the optimizer a worker sends with
 ``kv.set_optimizer`` (command 0, ``kController``). The body is unpickled by
 ``mxkv._optimizer_pickle.loads``, which accepts only the built-in optimizer and
 lr-scheduler classes (named as ``mxkv`` or MXNet 1.9.1 names them) and plain
-values: any other pickle is refused with a message naming the class, nothing in
-it runs, no updater is installed, and the server keeps serving.
+values (numpy bool, int and float scalars included, as MXNet pickles them): any
+other pickle is refused with a message naming the class or the attribute, written
+to the server's stderr whatever logging is set up to do; nothing in it runs, no
+updater is installed from it, and the server keeps serving.
 """
 import ctypes
 import logging
 import sys
+import traceback
 
 from ..base import _LIB, check_call
 from .._lib import SERVER_CONTROLLER
@@ -24,6 +27,19 @@ from .. import _optimizer_pickle
 __all__ = ['KVStoreServer']
 
 _LOG = logging.getLogger('mxkv.kvstore_server')
+
+
+def _loud(message):
+    """`message` on stderr whatever logging is set up to do (a server's only way to
+    report a refused command: the worker's call has already returned), and to the
+    'mxkv.kvstore_server' logger when the application configured logging."""
+    try:
+        sys.stderr.write(message + '\n')
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+    if _LOG.hasHandlers():
+        _LOG.error('%s', message)
 
 
 class KVStoreServer(object):
@@ -39,7 +55,10 @@ class KVStoreServer(object):
                 optimizer = _optimizer_pickle.loads(body)
             except _optimizer_pickle.RefusedPickleError as err:
                 self.refused.append((cmd_id, str(err)))
-                _LOG.error('server %d refused an optimizer: %s', self.kvstore.rank, err)
+                _loud('mxkv server %d refused the optimizer a worker sent (set_optimizer, '
+                      'kController): %s. No optimizer was installed from it: this server '
+                      'keeps its previous updater (without one, pushed values are summed and '
+                      'assigned).' % (self.kvstore.rank, err))
                 return
             self.kvstore.set_optimizer(optimizer)
         else:
@@ -52,7 +71,8 @@ class KVStoreServer(object):
                 self._on_command(cmd_id, body or b'')
             except Exception as err:  # pylint: disable=broad-except
                 self.refused.append((cmd_id, repr(err)))
-                _LOG.exception('server controller failed on command %d', cmd_id)
+                _loud('mxkv server %d: the controller failed on command %d:\n%s'
+                      % (self.kvstore.rank, cmd_id, traceback.format_exc().rstrip()))
         return SERVER_CONTROLLER(controller)
 
     def run(self):
