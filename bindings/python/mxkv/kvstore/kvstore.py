@@ -1,7 +1,9 @@
 """KVStore over libmxkv (the API of ``mxnet.kvstore.KVStore`` 1.9.1)."""
 import ctypes
 import os
+import sys
 import threading
+import traceback
 import weakref
 
 from ..base import (_LIB, c_str, check_call, last_error, mx_uint, py_str, KVStoreHandle,
@@ -101,6 +103,19 @@ def _keys_text(keys):
     if len(uniq) == 1:
         return 'key %r' % (uniq[0],)
     return 'keys %r' % (uniq,)
+
+
+def _print_server_updater_error(key, err):
+    """A dist server's updater raised: nothing of this process waits for the push it
+    served, so print the traceback (MXNet's server prints 'Exception ignored on calling
+    ctypes callback function' and the traceback) and go on."""
+    try:
+        text = ''.join(traceback.format_exception(type(err), err, err.__traceback__))
+        sys.stderr.write('mxkv server: the updater raised on key %r; the stored value is '
+                         'left as it was:\n%s' % (key, text))
+        sys.stderr.flush()
+    except Exception:  # pylint: disable=broad-except
+        pass   # nothing may cross the C callback
 
 
 class KVStore(KVStoreBase):
@@ -378,13 +393,19 @@ class KVStore(KVStoreBase):
 
         Int-keyed stores pass the int key, str-keyed stores pass the key as bytes
         (as MXNet does).  An exception raised by the updater is re-raised by the
-        push/pushpull call that triggered it, on the thread that made that call.
+        push/pushpull call that triggered it, on the thread that made that call.  On a
+        dist server (the optimizer a worker sent) no call of this process waits for
+        it: its traceback is printed on stderr, as MXNet's server prints it, and the
+        stored value stays as it was.
         Every updater installed stays referenced until this object is collected (a
         push in flight on another thread may still call a replaced one).
         """
         hdl = self._h('_set_updater')
         self._updater = updater
         selfref = weakref.ref(self)
+        is_worker = ctypes.c_int()
+        check_call(_LIB.MXKVStoreIsWorkerNode(ctypes.byref(is_worker)))
+        on_server = not is_worker.value
 
         def call(key, recv_handle, local_handle, _):
             recv = _ndarray_cls(ctypes.c_void_p(recv_handle))
@@ -393,7 +414,9 @@ class KVStore(KVStoreBase):
             try:
                 updater(key, recv, local)
             except BaseException as err:  # pylint: disable=broad-except
-                if store is not None:
+                if on_server:
+                    _print_server_updater_error(key, err)
+                elif store is not None:
                     tls = store._tls
                     if tls.error is None:
                         tls.error = err
