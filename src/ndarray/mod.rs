@@ -585,9 +585,11 @@ impl NDArray {
                 bail!("cannot {what} an empty NDArray (created with MXNDArrayCreateNone)")
             }
             StorageType::RowSparse => {
-                bail!("{what} of row_sparse arrays is not supported by this function")
+                bail!("cannot {what} a row_sparse array: this function takes dense arrays only")
             }
-            StorageType::Csr => bail!("{what} of csr arrays is not supported by this function"),
+            StorageType::Csr => {
+                bail!("cannot {what} a csr array: this function takes dense arrays only")
+            }
         }
     }
 
