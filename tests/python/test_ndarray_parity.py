@@ -217,3 +217,116 @@ def test_reshape_division_by_zero_raises(mxkv, case):
     """MXNet divides by zero (SIGFPE, the process dies); mxkv raises"""
     with pytest.raises(mxkv.base.MXNetError, match='zero'):
         _reshape(mxkv, *case)
+
+
+# --- 4. indexing keys ------------------------------------------------------------------
+# MXNet's legacy indexing turns index arrays into int32 arrays (bool arrays count as 0/1,
+# floats are truncated), refuses bool NDArrays, empty and 0-d numpy index arrays, and
+# scalar keys other than int / numpy.int32 / numpy.int64; a[2:1] and tuple keys selecting
+# nothing along a later axis raise MXNetError, writing to an empty region AssertionError.
+S = slice
+INDEX_KEYS = {
+    'np bool': lambda mx: np.array([True, False, True]),
+    'np bool all false': lambda mx: np.array([False, False, False]),
+    'np bool short': lambda mx: np.array([True, False]),
+    'np bool 2d': lambda mx: np.ones((3, 4), bool),
+    'list bool': lambda mx: [True, False, True],
+    'np float': lambda mx: np.array([0.0, 2.7]),
+    'list float': lambda mx: [0.0, 2.0],
+    'list mixed': lambda mx: [0, 2.0],
+    'nd float': lambda mx: mx.nd.array([0, 2.9]),
+    'nd f64': lambda mx: mx.nd.array([0, 2], dtype='float64'),
+    'nd f16': lambda mx: mx.nd.array([0, 2], dtype='float16'),
+    'nd u8': lambda mx: mx.nd.array([0, 2], dtype='uint8'),
+    'nd int32': lambda mx: mx.nd.array([0, 2], dtype='int32'),
+    'nd bool': lambda mx: mx.nd.array([1, 0, 1], dtype='bool'),
+    'nd 2d': lambda mx: mx.nd.array([[0, 1], [2, 0]]),
+    'nd 1 element': lambda mx: mx.nd.array([1]),
+    'tuple nd int': lambda mx: (mx.nd.array([0, 2]), 1),
+    'tuple nd nd': lambda mx: (mx.nd.array([0, 2]), mx.nd.array([1, 3])),
+    'tuple np bool': lambda mx: (np.array([True, False, True]), 1),
+    'tuple slice np bool': lambda mx: (S(None), np.array([True, False, True, False])),
+    'tuple lists': lambda mx: ([0, 2], [1, 3]),
+    'float': lambda mx: 1.0,
+    'np.float64': lambda mx: np.float64(1),
+    'np.int16': lambda mx: np.int16(1),
+    'np.uint8': lambda mx: np.uint8(1),
+    'np.int32': lambda mx: np.int32(1),
+    'np.int64': lambda mx: np.int64(-1),
+    'np.bool_': lambda mx: np.bool_(True),
+    'True': lambda mx: True,
+    'False': lambda mx: False,
+    'tuple True 1': lambda mx: (True, 1),
+    'tuple 1 True': lambda mx: (1, True),
+    'np 0-d int': lambda mx: np.array(1),
+    'str': lambda mx: 'a',
+    'list of lists': lambda mx: [[0, 1], [1, 2]],
+    'empty list': lambda mx: [],
+    'empty np': lambda mx: np.array([], dtype=np.int64),
+    'empty np float': lambda mx: np.array([]),
+    'None': lambda mx: None,
+    'two ellipses': lambda mx: (Ellipsis, Ellipsis),
+    'range': lambda mx: range(0, 3, 2),
+    'int out of bounds': lambda mx: 3,
+    'slice 2:1': lambda mx: S(2, 1),
+    'slice 2:1:1': lambda mx: S(2, 1, 1),
+    'slice 2:2': lambda mx: S(2, 2),
+    'slice 5:6': lambda mx: S(5, 6),
+    'slice -1:-2': lambda mx: S(-1, -2),
+    'slice 2:1:2': lambda mx: S(2, 1, 2),
+    'slice 0:2:-1': lambda mx: S(0, 2, -1),
+    'slice float': lambda mx: S(0.0, 2),
+    'slice np ints': lambda mx: S(np.int64(0), np.int64(2)),
+    '(:, 2:2)': lambda mx: (S(None), S(2, 2)),
+    '(:, 3:1)': lambda mx: (S(None), S(3, 1)),
+    '(2:1, 0)': lambda mx: (S(2, 1), 0),
+    '(1:1, :)': lambda mx: (S(1, 1), S(None)),
+    '(0, 2:2)': lambda mx: (0, S(2, 2)),
+    '(:, 3:1:2)': lambda mx: (S(None), S(3, 1, 2)),
+    '(:, 0:4:-1)': lambda mx: (S(None), S(0, 4, -1)),
+    '(:, 2:1:-1)': lambda mx: (S(None), S(2, 1, -1)),
+    '(1:1, 0:2)': lambda mx: (S(1, 1), S(0, 2)),
+    '(..., None, 1)': lambda mx: (Ellipsis, None, 1),
+}
+
+
+def _index_source(mx):
+    return mx.nd.array(np.arange(12).reshape(3, 4))
+
+
+@pytest.mark.parametrize('name', sorted(INDEX_KEYS))
+def test_getitem_keys(both, name):
+    run_both(both, lambda mx: _index_source(mx)[INDEX_KEYS[name](mx)], name)
+
+
+@pytest.mark.parametrize('value', ['scalar', 'nd'])
+@pytest.mark.parametrize('name', sorted(INDEX_KEYS))
+def test_setitem_keys(both, name, value):
+    def scenario(mx):
+        arr = _index_source(mx)
+        arr[INDEX_KEYS[name](mx)] = -1 if value == 'scalar' else mx.nd.array([-5.0])
+        return arr
+    run_both(both, scenario, '%s = %s' % (name, value))
+
+
+@pytest.mark.parametrize('key', [np.array([-1.5]), [-1], (np.array([-1], np.int8),)],
+                         ids=repr)
+def test_setitem_negative_index_arrays_wrap(mxkv, key):
+    """MXNet 1.9.1 scatters to a negative index without wrapping it (writing before the
+    buffer: heap corruption, the process aborts later); mxkv wraps it, as reading does"""
+    arr = _index_source(mxkv)
+    arr[key] = -1
+    expected = np.arange(12, dtype=np.float32).reshape(3, 4)
+    expected[2] = -1
+    assert (arr.asnumpy() == expected).all()
+    assert (_index_source(mxkv)[key].asnumpy() == np.arange(8, 12)).all()
+
+
+@pytest.mark.parametrize('key', [np.array([3.0]), np.array([np.nan], np.float32)], ids=repr)
+def test_setitem_out_of_bounds_index_arrays_raise(mxkv, key):
+    """MXNet writes out of bounds (3) or to row 0 (NaN: INT_MIN); mxkv raises IndexError,
+    as both do when reading"""
+    arr = _index_source(mxkv)
+    with pytest.raises(IndexError):
+        arr[mxkv.nd.array(key)] = -1
+    assert (arr.asnumpy() == np.arange(12).reshape(3, 4)).all()

@@ -182,6 +182,12 @@ def _shape_tuple(shape):
     return tuple(_dim(s) for s in shape)
 
 
+_EMPTY_REGION = object()  # NDArray._index_key: a write selecting nothing
+
+# the scalar index types MXNet's legacy indexing takes (mxnet.base.integer_types)
+_INDEX_INTS = (int, np.int32, np.int64)
+
+
 class NDArray(object):
     """An array owned by the library (``NDArrayHandle``).
 
@@ -506,14 +512,131 @@ class NDArray(object):
         if key is Ellipsis:
             return True
         if isinstance(key, tuple):
+            if sum(1 for k in key if k is Ellipsis) > 1:
+                return False
             return all(NDArray._is_full(k) for k in key) if key else True
         return False
+
+    def _index_key(self, key, setting):
+        """`key` as the numpy index that selects what MXNet's legacy NDArray indexing
+        selects (ndarray.py of MXNet 1.9.1: __getitem__, __setitem__,
+        indexing_key_expand_implicit_axes, _advanced_index_to_array):
+
+        * index arrays (numpy arrays, lists, tuples, ranges, NDArrays inside a tuple key)
+          become int32 arrays: bool arrays count as 0 / 1, float ones are truncated;
+          a bool NDArray is refused (ValueError: "legacy mode"), an empty or 0-d numpy
+          index array too (MXNetError);
+        * scalars must be int, numpy.int32 or numpy.int64 (a top-level bool is an int
+          for reading and the whole array for writing); floats, other numpy scalars and
+          strings raise ValueError;
+        * an empty slice: a[2:1] (begin > end) raises MXNetError when reading, as does a
+          tuple key selecting nothing along an axis after the first (MXNet reshapes the
+          empty flat slice with 0 dims, which copy dims); writing to an empty region
+          raises AssertionError."""
+        if isinstance(key, bool):
+            return Ellipsis if setting else int(key)
+        shape = self.shape
+        if not setting and isinstance(key, tuple) and len(key) == len(shape) and \
+                all(isinstance(k, _INDEX_INTS) for k in key):
+            return tuple(int(k) for k in key)
+        parts = key if isinstance(key, tuple) else (key,)
+        if setting and isinstance(key, tuple):  # a bool becomes a 0-d bool array: no axis
+            parts = tuple(k for k in parts if not isinstance(k, bool))
+            if not parts:
+                return Ellipsis
+        if sum(1 for k in parts if k is Ellipsis) > 1:
+            raise IndexError('Cannot use more than one ellipsis (`...`) for indexing')
+        out = []
+        advanced = False
+        for part in parts:
+            if part is None or part is Ellipsis or isinstance(part, slice) or \
+                    isinstance(part, _INDEX_INTS):
+                out.append(part)
+                continue
+            if isinstance(part, NDArray):
+                if part.dtype is np.bool_:
+                    raise ValueError('Cannot perform boolean indexing in legacy mode. Please '
+                                     'activate numpy semantics by calling `npx.set_np()` in '
+                                     'the global scope before calling this function.')
+                values = part.asnumpy()
+                if part.dtype is bfloat16:
+                    values = _bf16_decode(values)
+            elif isinstance(part, (np.ndarray, list, tuple, range)):
+                values = np.asarray(part) if not isinstance(part, range) else \
+                    np.arange(part.start, part.stop, part.step)
+                if values.ndim == 0 and isinstance(part, np.ndarray):
+                    raise MXNetError('a 0-d numpy index array is not supported by MXNet\'s '
+                                     'legacy indexing: %r' % (part,))
+            else:
+                raise ValueError('NDArray does not support slicing with key {} of type {}.'
+                                 .format(part, type(part)))
+            if values.size == 0:
+                raise MXNetError('indexing with an empty index array (%r)' % (part,))
+            if values.ndim == 0:
+                out.append(int(values))
+                continue
+            with np.errstate(all='ignore'):
+                out.append(values.astype(np.int32))
+            advanced = True
+        key = tuple(out) if isinstance(key, tuple) or len(out) != 1 else out[0]
+        if advanced or self.size == 0:
+            return key
+        region = self._view()[key]
+        if region.size:
+            return key
+        if setting:
+            return self._empty_region_key(key)
+        if isinstance(key, slice) and key.step in (None, 1) and \
+                (key.start is not None or key.stop is not None):
+            begin, end, _ = key.indices(shape[0])
+            if begin > end:
+                raise MXNetError('Invalid slicing range [%d, %d) of an array of shape %s'
+                                 % (begin, end, shape))
+            return key
+        # MXNet slices the flat array [0, 0) and reshapes it to the per-axis lengths
+        parts = key if isinstance(key, tuple) else (key,)
+        expanded, int_axes = [], []
+        ell = [i for i, k in enumerate(parts) if k is Ellipsis]
+        no_none = [k for k in parts if k is not None]
+        fill = len(shape) - (len(no_none) - len(ell))
+        for k in parts:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * fill)
+            elif k is not None:
+                expanded.append(k)
+        if not ell:
+            expanded.extend([slice(None)] * fill)
+        sliced = []
+        for axis, (k, dim) in enumerate(zip(expanded, shape)):
+            if isinstance(k, slice):
+                sliced.append(len(range(*k.indices(dim))))
+            else:
+                sliced.append(1)
+                int_axes.append(axis)
+        sliced = _infer_reshape((0,), sliced, False)
+        final = [d for i, d in enumerate(sliced) if i not in int_axes] or [1]
+        _infer_reshape(sliced, final, False)
+        return key
+
+    def _empty_region_key(self, key):
+        """A basic key selecting nothing, for writing: MXNet's _get_dim_size asserts that
+        each slice runs in its step's direction (a[2:1] = v: AssertionError); an empty
+        region then takes a scalar (nothing written) but no array (broadcasting a value
+        to an empty shape: MXNetError)."""
+        parts = [k for k in (key if isinstance(key, tuple) else (key,))
+                 if k is not None and k is not Ellipsis]
+        for k, dim in zip(parts, self.shape):
+            if isinstance(k, slice):
+                start, stop, step = k.indices(dim)
+                if stop != start and (start > stop if step > 0 else stop > start):
+                    raise AssertionError('slice %r of an axis of length %d runs against its '
+                                         'step' % (k, dim))
+        return _EMPTY_REGION
 
     def __getitem__(self, key):
         if self._is_full(key):
             return self
-        if isinstance(key, NDArray):
-            key = key.asnumpy()
+        key = self._index_key(key, setting=False)
         res = self._view()[key]
         return array(np.asarray(res).reshape(res.shape if res.shape else (1,)),
                      ctx=self.context, dtype=self.dtype)
@@ -521,8 +644,15 @@ class NDArray(object):
     def __setitem__(self, key, value):
         if not self.writable:
             raise MXKVUsageError('trying to assign to a readonly NDArray')
-        if isinstance(key, NDArray):
-            key = key.asnumpy()
+        if not self._is_full(key):
+            key = self._index_key(key, setting=True)
+        if key is _EMPTY_REGION:
+            if isinstance(value, numeric_types) or np.size(
+                    value.asnumpy() if isinstance(value, NDArray) else value) == 0:
+                return
+            raise MXNetError('cannot broadcast a value of shape %s to an empty region'
+                             % (np.shape(value.asnumpy() if isinstance(value, NDArray)
+                                         else value),))
         full = self._is_full(key)
         if isinstance(value, NDArray):
             if full and value.handle is not None and value.handle.value == self._h.value:
