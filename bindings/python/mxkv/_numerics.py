@@ -46,6 +46,11 @@ def _dmlc_parse(text, ftype, name):
     if i < n and s[i] in '+-':
         positive = s[i] == '+'
         i += 1
+    if i == 0 and len(s) == len(text) and not s[:1].isdigit() and not s[:1] == '.' and \
+            not s.lower().startswith(('inf', 'nan')):
+        # dmlc::stof / stod: "No conversion could be performed" (std::invalid_argument)
+        raise MXNetError("Invalid Parameter format for %s expect %s but value='%s'"
+                         % (name, 'float' if ftype is np.float32 else 'double', text))
     low = s[i:].lower()
     if low.startswith('inf'):
         return ftype(np.inf if positive else -np.inf)

@@ -184,6 +184,23 @@ def _shape_tuple(shape):
 
 _EMPTY_REGION = object()  # NDArray._index_key: a write selecting nothing
 
+
+def _expand_basic_key(key, ndim):
+    """a basic key (ints, slices, None, one Ellipsis) as one int or slice per axis"""
+    parts = key if isinstance(key, tuple) else (key,)
+    has_ellipsis = any(k is Ellipsis for k in parts)
+    given = [k for k in parts if k is not None and k is not Ellipsis]
+    fill = [slice(None)] * max(ndim - len(given), 0)
+    expanded = []
+    for k in parts:
+        if k is Ellipsis:
+            expanded.extend(fill)
+        elif k is not None:
+            expanded.append(k)
+    if not has_ellipsis:
+        expanded.extend(fill)
+    return expanded
+
 # the scalar index types MXNet's legacy indexing takes (mxnet.base.integer_types)
 _INDEX_INTS = (int, np.int32, np.int64)
 
@@ -594,20 +611,9 @@ class NDArray(object):
                                  % (begin, end, shape))
             return key
         # MXNet slices the flat array [0, 0) and reshapes it to the per-axis lengths
-        parts = key if isinstance(key, tuple) else (key,)
-        expanded, int_axes = [], []
-        ell = [i for i, k in enumerate(parts) if k is Ellipsis]
-        no_none = [k for k in parts if k is not None]
-        fill = len(shape) - (len(no_none) - len(ell))
-        for k in parts:
-            if k is Ellipsis:
-                expanded.extend([slice(None)] * fill)
-            elif k is not None:
-                expanded.append(k)
-        if not ell:
-            expanded.extend([slice(None)] * fill)
+        int_axes = []
         sliced = []
-        for axis, (k, dim) in enumerate(zip(expanded, shape)):
+        for axis, (k, dim) in enumerate(zip(_expand_basic_key(key, len(shape)), shape)):
             if isinstance(k, slice):
                 sliced.append(len(range(*k.indices(dim))))
             else:
@@ -617,6 +623,23 @@ class NDArray(object):
         final = [d for i, d in enumerate(sliced) if i not in int_axes] or [1]
         _infer_reshape(sliced, final, False)
         return key
+
+    def _fills(self, key):
+        """whether MXNet writes a scalar to `key` with its _full operator (the whole
+        array, in order, or an advanced index) rather than _slice_assign_scalar"""
+        if key is Ellipsis or self._is_full(key):
+            return True
+        parts = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, np.ndarray) for k in parts):
+            return True
+        for k, dim in zip(_expand_basic_key(key, self.ndim), self.shape):
+            if isinstance(k, slice):
+                start, stop, step = k.indices(dim)
+                if step < 0 or len(range(start, stop, step)) != dim:
+                    return False
+            elif dim != 1:
+                return False
+        return True
 
     def _empty_region_key(self, key):
         """A basic key selecting nothing, for writing: MXNet's _get_dim_size asserts that
@@ -665,8 +688,8 @@ class NDArray(object):
             dst[key] = src
             return
         if isinstance(value, numeric_types):
-            dst = self._view(write=True)
-            dst[key] = self._scalar(value, 'value')
+            scalar = self._scalar(value, 'value', fill=self._fills(key))
+            self._view(write=True)[key] = scalar
             return
         if full:
             value = np.asarray(value, dtype=self._np_dtype)
@@ -678,20 +701,27 @@ class NDArray(object):
         dst[key] = np.asarray(value, dtype=dst.dtype)
 
     # --- arithmetic ----------------------------------------------------------------------
-    def _scalar(self, value, name='scalar'):
-        """`value` as this array's element type, the way MXNet's scalar operators see it
-        (str(float(value)) parsed as double by dmlc, then cast to the dtype; the raw bits
-        for bfloat16)."""
-        dval = dmlc_double(float(value), name)
+    def _scalar(self, value, name='scalar', fill=False):
+        """`value` as this array's element type, the way MXNet's operators see it: the
+        frontend sends ``str(float(value))`` to scalar operators (arithmetic, a partial
+        slice assignment) and ``str(value)`` to ``_full`` (``fill``: nd.full, writing a
+        whole array, the values of an advanced-index write), dmlc parses it as a double
+        and the kernel casts it with C's conversion (``DType(value)``: NaN and overflow
+        give INT_MIN in an int32, float16 goes through float, bfloat16 keeps the high
+        half of the float); ``_full`` writes a 0 with memset (so -0.0 gives +0.0)."""
+        if fill:
+            dval = dmlc_double(int(value) if isinstance(value, bool) else value, name)
+            if dval == 0:
+                dval = np.float64(0.0)
+        else:
+            dval = dmlc_double(float(value), name)
         if self.dtype is bfloat16:
             return _bf16_encode(np.float64(dval))[()]
         dt = self._np_dtype
         if dt == np.float16:
             return np.float16(np.float32(dval))
-        if dt.kind in 'iub':
-            with np.errstate(invalid='ignore', over='ignore'):
-                return dt.type(np.trunc(dval)) if np.isfinite(dval) else dt.type(0)
-        return dt.type(dval)
+        with np.errstate(all='ignore'):
+            return np.array(dval, dtype=np.float64).astype(dt)[()]
 
     def _binary(self, other, ufunc, reverse=False, out=None):
         if isinstance(other, numeric_types):
