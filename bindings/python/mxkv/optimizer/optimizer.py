@@ -10,9 +10,12 @@ row_sparse gradients and weights take MXNet's paths too: its row_sparse kernels 
 or standard updates of sgd_update, sgd_mom_update, adam_update; _sparse_adagrad_update)
 and, for the other operators, its storage fallback (see ``_StandIns``).
 """
+import io
 import math
 import os
 import pickle
+import struct
+import tempfile
 import warnings
 
 import numpy as np
@@ -928,10 +931,15 @@ class Updater(object):
         return state
 
     def set_states(self, states):
-        """Restore what get_states returned."""
-        states = pickle.loads(states)
+        """Restore what get_states returned (by mxkv, or by MXNet 1.9.1: see
+        :func:`_load_states`)."""
+        states = _load_states(states)
         if isinstance(states, tuple) and len(states) == 2:
             self.states, self.optimizer = states
+            # updates grouped as the loaded optimizer allows (MXNet keeps the setting of
+            # the optimizer the updater was made for: SGD's 4 with a loaded Adam makes
+            # every update fail)
+            self.aggregate_updates = self.optimizer.aggregate_num > 0
         else:
             self.states = states
         self.states_synced = dict.fromkeys(self.states.keys(), False)
@@ -939,6 +947,146 @@ class Updater(object):
     def get_states(self, dump_optimizer=False):
         """Pickled states (and optimizer, if asked)."""
         return pickle.dumps((self.states, self.optimizer) if dump_optimizer else self.states)
+
+
+# --- optimizer-state files written by MXNet 1.9.1 --------------------------------------
+# MXNet's Updater.get_states is pickle.dumps(states) (or (states, optimizer)), like ours,
+# but its classes are mxnet.*: a plain pickle.loads imports mxnet (or fails without it) and
+# gives MXNet NDArrays and optimizers, which mxkv's updater cannot use. The loader maps
+# MXNet's classes onto mxkv's instead and never imports mxnet:
+#  * mxnet.ndarray.ndarray.NDArray, pickled as NDArray(None) + BUILD {'handle':
+#    bytearray(MXNDArraySaveRawBytes)}: the raw bytes are MXNet's one-array serialisation,
+#    which is also each array's record in a .params file, so they are read by the
+#    library's own .params loader (MXNDArrayLoad: every field checked, -1 + an error for a
+#    bad one);
+#  * mxnet.optimizer.optimizer.<built-in optimizer> and mxnet.lr_scheduler.<scheduler>:
+#    mxkv's class of the same name (the same attributes, checked);
+#  * any other mxnet.* name is refused, naming it.
+_PARAMS_MAGIC = 0x112   # kMXAPINDArrayListMagic
+
+
+class _MXNetNDArrayPickle(object):
+    """What an MXNet NDArray unpickles to here, until the library reads its bytes."""
+    __slots__ = ('raw',)
+
+    def __init__(self, handle=None):
+        if handle is not None:
+            raise MXKVUsageError('optimizer states from MXNet: NDArray(%r) in the pickle; '
+                                 'MXNet writes NDArray(None)' % (type(handle).__name__,))
+        self.raw = None
+
+    def __setstate__(self, state):
+        if not (isinstance(state, dict) and set(state) == {'handle'}
+                and isinstance(state['handle'], (bytes, bytearray))):
+            raise MXKVUsageError('optimizer states from MXNet: an NDArray whose state is not '
+                                 "{'handle': bytearray}")
+        self.raw = bytes(state['handle'])
+
+
+class _StatesUnpickler(pickle.Unpickler):
+    """pickle.Unpickler with MXNet's classes mapped onto mxkv's (never imports mxnet)."""
+
+    def __init__(self, data):
+        super(_StatesUnpickler, self).__init__(io.BytesIO(data))
+        self.mapped = []    # MXNet optimizer / scheduler instances' classes, for the check
+
+    def find_class(self, module, name):
+        if module == 'mxnet' or module.startswith('mxnet.'):
+            from .. import _optimizer_pickle
+            from .. import lr_scheduler
+            if (module, name) == ('mxnet.ndarray.ndarray', 'NDArray'):
+                return _MXNetNDArrayPickle
+            if module == 'mxnet.optimizer.optimizer' and name in _optimizer_pickle.OPTIMIZERS:
+                klass = globals()[name]
+            elif module == 'mxnet.lr_scheduler' and name in _optimizer_pickle.LR_SCHEDULERS:
+                klass = getattr(lr_scheduler, name)
+            else:
+                raise MXKVUsageError(
+                    'load_optimizer_states: the file was written by MXNet and holds a %s.%s, '
+                    'which mxkv has no counterpart for (mxkv reads MXNet NDArrays, the '
+                    'built-in optimizers %s and the lr schedulers %s)'
+                    % (module, name, ', '.join(_optimizer_pickle.OPTIMIZERS),
+                       ', '.join(_optimizer_pickle.LR_SCHEDULERS)))
+            self.mapped.append(klass)
+            return klass
+        return super(_StatesUnpickler, self).find_class(module, name)
+
+
+def _mxnet_arrays(raws):
+    """MXNet's one-array serialisations -> mxkv NDArrays (one .params file, one load)"""
+    from ..ndarray import utils as nd_utils
+    blob = b''.join([struct.pack('<QQQ', _PARAMS_MAGIC, 0, len(raws))] + raws
+                    + [struct.pack('<Q', 0)])
+    fd, path = tempfile.mkstemp(prefix='mxkv-states-', suffix='.params')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(blob)
+        try:
+            arrays = nd_utils.load(path)
+        except MXNetError as err:
+            raise MXKVUsageError('load_optimizer_states: an MXNet NDArray in the file could '
+                                 'not be read: %s' % err) from None
+    finally:
+        os.unlink(path)
+    if len(arrays) != len(raws):
+        raise MXKVUsageError('load_optimizer_states: %d of %d MXNet NDArrays read'
+                             % (len(arrays), len(raws)))
+    return arrays
+
+
+def _replace_mxnet_arrays(obj):
+    """obj with every _MXNetNDArrayPickle (in dicts, lists and tuples) read into an
+    mxkv NDArray"""
+    found = []
+
+    def collect(o):
+        if isinstance(o, _MXNetNDArrayPickle):
+            if o.raw is None:
+                raise MXKVUsageError('load_optimizer_states: an MXNet NDArray without data')
+            found.append(o)
+        elif isinstance(o, dict):
+            for v in o.values():
+                collect(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                collect(v)
+    collect(obj)
+    if not found:
+        return obj
+    arrays = dict(zip(map(id, found), _mxnet_arrays([o.raw for o in found])))
+
+    def rebuild(o):
+        if isinstance(o, _MXNetNDArrayPickle):
+            return arrays[id(o)]
+        if isinstance(o, dict):
+            return {k: rebuild(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [rebuild(v) for v in o]
+        if isinstance(o, tuple):
+            return tuple(rebuild(v) for v in o)
+        return o
+    return rebuild(obj)
+
+
+def _load_states(data):
+    """Updater states as get_states wrote them, by mxkv or by MXNet 1.9.1."""
+    unpickler = _StatesUnpickler(data)
+    states = unpickler.load()
+    if unpickler.mapped:
+        from .. import _optimizer_pickle
+        tables = _optimizer_pickle._Tables.get()  # pylint: disable=protected-access
+        opts = [states[1]] if isinstance(states, tuple) and len(states) == 2 else []
+        for opt in opts + [getattr(o, 'lr_scheduler', None) for o in opts]:
+            if type(opt) in tables.attrs:
+                have = set(vars(opt)) - {'param_dict'}
+                want = tables.attrs[type(opt)]
+                if have != want:
+                    raise MXKVUsageError(
+                        'load_optimizer_states: MXNet\'s %s in the file has attributes %s '
+                        'that mxkv\'s lacks and lacks %s'
+                        % (type(opt).__name__, sorted(have - want) or 'none',
+                           sorted(want - have) or 'none'))
+    return _replace_mxnet_arrays(states)
 
 
 def get_updater(optimizer):
