@@ -367,3 +367,77 @@ def test_scalar_conversion(both, op, dtype):
     for value in SCALARS:
         run_both(both, lambda mx: SCALAR_WRITES[op](mx, dtype, value),
                  '%s %s %r (%s)' % (dtype, op, value, type(value).__name__))
+
+
+# --- 6. 0-d arrays -------------------------------------------------------------------------
+# nd.array of a scalar or a 0-d numpy array has shape () in MXNet 1.9.1 (its frontend fills
+# a (1,) array and reshapes it); a[()] and a[:] are the array, other keys IndexError
+# (ValueError for ... and None); writes take a[()] / a[:] and one value.
+def _zero_d(mx, value=5.0, dtype=None):
+    return mx.nd.array(value, dtype=dtype) if dtype else mx.nd.array(value)
+
+
+def _zero_d_set(mx, key, value):
+    arr = _zero_d(mx)
+    arr[key] = value
+    return arr
+
+
+def _kv_zero_d(mx):
+    store = mx.kv.create('local')
+    store.init(1, _zero_d(mx))
+    out = _zero_d(mx, 0.0)
+    store.push(1, [_zero_d(mx, 1.0), _zero_d(mx, 2.5)])
+    store.pull(1, out=out)
+    return out
+
+
+ZERO_D = {
+    'array(5.0)': lambda mx: _zero_d(mx),
+    'array(3, int32)': lambda mx: _zero_d(mx, 3, 'int32'),
+    'array(True, bool)': lambda mx: _zero_d(mx, True, 'bool'),
+    'array(np 0-d)': lambda mx: mx.nd.array(np.array(2.5)),
+    'array(np 0-d, float64)': lambda mx: mx.nd.array(np.array(2.5), dtype='float64'),
+    'array(np.float32)': lambda mx: mx.nd.array(np.float32(1.5)),
+    'shape': lambda mx: _zero_d(mx).shape,
+    'ndim': lambda mx: _zero_d(mx).ndim,
+    'size': lambda mx: _zero_d(mx).size,
+    'asnumpy': lambda mx: _zero_d(mx).asnumpy(),
+    'asscalar': lambda mx: _zero_d(mx).asscalar(),
+    'bool()': lambda mx: bool(_zero_d(mx)),
+    'reshape (1,)': lambda mx: _zero_d(mx).reshape((1,)),
+    'reshape -1': lambda mx: _zero_d(mx).reshape((-1,)),
+    '[()]': lambda mx: _zero_d(mx)[()],
+    '[:]': lambda mx: _zero_d(mx)[:],
+    '[...]': lambda mx: _zero_d(mx)[...],
+    '[None]': lambda mx: _zero_d(mx)[None],
+    '[0]': lambda mx: _zero_d(mx)[0],
+    '[(0,)]': lambda mx: _zero_d(mx)[(0,)],
+    '[0:1]': lambda mx: _zero_d(mx)[0:1],
+    '[[0]]': lambda mx: _zero_d(mx)[[0]],
+    '[(:,)]': lambda mx: _zero_d(mx)[(slice(None),)],
+    'set [...]': lambda mx: _zero_d_set(mx, Ellipsis, 3),
+    'set [0]': lambda mx: _zero_d_set(mx, 0, 3),
+    'set [(0,)]': lambda mx: _zero_d_set(mx, (0,), 3),
+    'set np 0-d': lambda mx: _zero_d_set(mx, (), np.array(2.0)),
+    'set np (1,)': lambda mx: _zero_d_set(mx, (), np.array([2.0])),
+    'set np (2,)': lambda mx: _zero_d_set(mx, (), np.array([2.0, 3.0])),
+    'set list': lambda mx: _zero_d_set(mx, (), [1]),
+    'kv init/push/pull': _kv_zero_d,
+}
+
+
+@pytest.mark.parametrize('name', sorted(ZERO_D))
+def test_zero_d_arrays(both, name):
+    run_both(both, ZERO_D[name], name)
+
+
+def test_zero_d_operations_mxnet_refuses(mxkv):
+    """MXNet 1.9.1's legacy operators fail on a 0-d array (a[()] = 3, a + 1, copy ...);
+    mxkv computes them"""
+    arr = _zero_d(mxkv)
+    arr[()] = 3
+    assert arr.shape == () and arr.asscalar() == 3.0
+    arr[:] = mxkv.nd.array([4.0])
+    assert (arr + 1).asnumpy() == np.float32(5.0) and (arr + 1).shape == ()
+    assert arr.copy().shape == () and arr.astype('int32').asscalar() == 4

@@ -380,9 +380,11 @@ class NDArray(object):
 
     def asscalar(self):
         """The single element as a numpy scalar."""
-        if self.shape != (1,):
+        if self.size != 1:
             raise ValueError('The current array is not a scalar')
-        return self.asnumpy()[0]
+        if self.ndim == 1:
+            return self.asnumpy()[0]
+        return self.asnumpy()[()]
 
     def _sync_copyfrom(self, source_array):
         """Copy a numpy array (or array-like) of the same shape into this array."""
@@ -624,6 +626,22 @@ class NDArray(object):
         _infer_reshape(sliced, final, False)
         return key
 
+    def _setitem_0d(self, key, value):
+        """a[()] = v / a[:] = v of a 0-d array, with MXNet's checks (a scalar or a
+        1-element NDArray or numpy value; MXNet 1.9.1's legacy operators then fail on
+        the 0-d shape for a scalar or an NDArray, mxkv writes it)"""
+        if not isinstance(key, (tuple, slice)) or (isinstance(key, tuple) and key):
+            raise IndexError('scalar tensor can only accept `()` and `:` as index')
+        if isinstance(value, numeric_types):
+            self._view(write=True)[()] = self._scalar(value, 'value', fill=True)
+        elif isinstance(value, NDArray) and value.size == 1:
+            src = _convert(value._view(), value.dtype, self.dtype)
+            self._view(write=True)[()] = src.reshape(())
+        elif isinstance(value, (np.ndarray, np.generic)) and np.size(value) == 1:
+            self._sync_copyfrom(np.asarray(value).reshape(()))
+        else:
+            raise ValueError('setting an array element with a sequence.')
+
     def _fills(self, key):
         """whether MXNet writes a scalar to `key` with its _full operator (the whole
         array, in order, or an advanced index) rather than _slice_assign_scalar"""
@@ -657,6 +675,13 @@ class NDArray(object):
         return _EMPTY_REGION
 
     def __getitem__(self, key):
+        if self.ndim == 0:  # MXNet: only a[()] and a[:] (the array itself)
+            if (isinstance(key, tuple) and not key) or key == slice(None):
+                return self
+            if key is Ellipsis or key is None:
+                raise ValueError('NDArray does not support slicing with key {} of type {}.'
+                                 .format(key, type(key)))
+            raise IndexError('too many indices for a 0-d array')
         if self._is_full(key):
             return self
         key = self._index_key(key, setting=False)
@@ -667,6 +692,9 @@ class NDArray(object):
     def __setitem__(self, key, value):
         if not self.writable:
             raise MXKVUsageError('trying to assign to a readonly NDArray')
+        if self.ndim == 0:
+            self._setitem_0d(key, value)
+            return
         if not self._is_full(key):
             key = self._index_key(key, setting=True)
         if key is _EMPTY_REGION:
@@ -1042,8 +1070,7 @@ def array(source_array, ctx=None, dtype=None):
             source_array = np.array(source_array, dtype=dtype)
         except Exception:
             raise TypeError('source_array must be array like object')
-    if source_array.shape == ():
-        source_array = source_array.reshape((1,))
+    # a 0-d source gives a 0-d array (MXNet fills a (1,) array and reshapes it to ())
     res = empty(source_array.shape, ctx, dtype)
     res._sync_copyfrom(np.asarray(source_array, dtype=res._np_dtype))
     return res
