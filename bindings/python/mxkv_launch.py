@@ -45,7 +45,10 @@ What differs from MXNet's launcher, on purpose:
   (``python -I -S -c ...``, in its own session) sends SIGTERM, then SIGKILL
   after ``--grace`` seconds, to the nodes' process groups.
   If the launcher's own output goes away (a closed pipe), the nodes' lines
-  are dropped and the job goes on.
+  are dropped and the job goes on. If the launcher runs out of file
+  descriptors (it holds two pipes per node) or processes while starting the
+  job, it says so in one line, with the open-file limit, stops the nodes it
+  has started and exits 1.
 * ``--dry-run`` prints, for each node, the variables the launcher would set
   (one block per node of shell-quoted ``K=V`` lines, one line each: values
   with control characters use bash's ``$'...'``; ``set -a; . file`` exports
@@ -65,6 +68,7 @@ This module needs only the Python standard library (3.8+) and POSIX; it can
 also be run as a script (``python mxkv/launch.py ...``).
 """
 import argparse
+import errno
 import os
 import queue
 import re
@@ -90,12 +94,34 @@ EXIT_TIMEOUT = 124
 EXIT_STRAGGLER = 1          # scheduler/servers did not exit after the workers
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
+EXIT_NO_RESOURCES = 1       # out of file descriptors (or processes) starting the job
 GIVE_UP_AFTER_KILL = 10.0   # seconds to wait for a node after SIGKILL (stuck in the kernel)
 PR_SET_PDEATHSIG = 1        # <linux/prctl.h>
 
 
 class UsageError(Exception):
     """A command line the launcher refuses (exit 2)."""
+
+
+_OUT_OF = {errno.EMFILE: 'too many open files', errno.ENFILE: 'too many open files in the '
+           'system', errno.EAGAIN: 'out of processes or memory', errno.ENOMEM: 'out of memory'}
+
+
+def _no_resources(err, nnodes):
+    """The one-line text for an OSError that is the system's limit (None for others)."""
+    text = _OUT_OF.get(getattr(err, 'errno', None))
+    if text is None:
+        return None
+    if err.errno in (errno.EMFILE, errno.ENFILE):
+        try:
+            import resource
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            limit = 'unlimited' if soft == resource.RLIM_INFINITY else str(soft)
+        except (ImportError, OSError, ValueError):
+            limit = 'unknown'
+        text += (' (the open-file limit, ulimit -n, is %s; the launcher needs about %d for '
+                 '%d nodes: two pipes per node)' % (limit, 2 * nnodes + 16, nnodes))
+    return text
 
 
 class Node(object):
@@ -502,7 +528,10 @@ class _Watchdog(object):
         self.proc = self.fd = None
         if not sys.executable:
             return
-        r, w = os.pipe()
+        try:
+            r, w = os.pipe()
+        except OSError:           # out of descriptors: no watchdog (starting will say why)
+            return
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, '-I', '-S', '-c', _WATCHDOG, repr(float(grace))], stdin=r,
@@ -661,8 +690,16 @@ class Job(object):
             try:
                 self._start(node)
             except OSError as e:
-                code = EXIT_NOT_FOUND if isinstance(e, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-                self._stop(code, 'cannot start %s: %s' % (node.label, e))
+                short = _no_resources(e, len(self.nodes))
+                if short is not None:
+                    self._stop(EXIT_NO_RESOURCES, 'cannot start %s: %s' % (node.label, short))
+                else:
+                    code = (EXIT_NOT_FOUND if isinstance(e, FileNotFoundError)
+                            else EXIT_NOT_EXECUTABLE)
+                    self._stop(code, 'cannot start %s: %s' % (node.label, e))
+                break
+            except RuntimeError as e:      # "can't start new thread" (its readers)
+                self._stop(EXIT_NO_RESOURCES, 'cannot start %s: %s' % (node.label, e))
                 break
         workers = [n for n in self.nodes if n.role == 'worker']
         linger_until = None
@@ -747,7 +784,12 @@ def main(argv=None):
         sys.stderr.write('%s: error: %s\n' % (PROG, e))
         return EXIT_USAGE
     nnodes = args.num_servers + args.num_workers
-    ports = free_ports(1 + (nnodes if args.pin_ports else 0))
+    try:
+        ports = free_ports(1 + (nnodes if args.pin_ports else 0))
+    except OSError as e:
+        why = _no_resources(e, nnodes + 1) or e
+        sys.stderr.write('%s: error: cannot choose free ports: %s\n' % (PROG, why))
+        return EXIT_NO_RESOURCES
     root_port = args.port if args.port else ports[0]
     ports = [p for p in ports if p != root_port][:nnodes]
     nodes = build_nodes(args.num_workers, args.num_servers, root_port,

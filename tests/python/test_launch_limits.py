@@ -1,0 +1,75 @@
+"""mxkv-launch out of file descriptors (a low ``ulimit -n``, many nodes).
+
+The launcher binds one socket per node at once to choose free ports, and holds two pipes
+per running node. Out of descriptors, choosing the ports ended in a Python traceback
+(``OSError: [Errno 24] Too many open files`` from ``socket.socket``), and a node that could
+not be started was reported as 'not executable' (exit 126). Now either is one line naming
+the open-file limit and what the job needs, the nodes already started are stopped (none is
+left behind) and the exit status is 1.
+"""
+import os
+import re
+import resource
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import BINDINGS
+from distproc import tagged
+
+LAUNCH = os.path.join(BINDINGS, 'mxkv_launch.py')
+
+pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='needs Linux /proc')
+
+
+def _launch(limit, args, tag):
+    def lower():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+    env = dict(os.environ)
+    env['MXKV_TEST_TAG'] = tag
+    return subprocess.run([sys.executable, LAUNCH] + args, capture_output=True, text=True,
+                          timeout=90, env=env, preexec_fn=lower, start_new_session=True)
+
+
+def _kill_tagged(tag):
+    for pid in tagged(tag):
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+def test_too_few_descriptors_to_choose_the_ports():
+    tag = uuid.uuid4().hex
+    try:
+        r = _launch(12, ['-n', '40', '-s', '10', '--timeout', '30', '--', 'sleep', '30'], tag)
+    finally:
+        _kill_tagged(tag)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert 'Traceback' not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [
+        'mxkv-launch: error: cannot choose free ports: too many open files (the open-file '
+        'limit, ulimit -n, is 12; the launcher needs about 118 for 51 nodes: two pipes per '
+        'node)'], r.stderr
+    assert r.stdout == ''
+
+
+def test_too_few_descriptors_to_start_every_node_stops_the_started_ones():
+    tag = uuid.uuid4().hex
+    try:
+        r = _launch(64, ['-n', '40', '-s', '10', '--timeout', '60', '--grace', '2', '--',
+                         'sleep', '30'], tag)
+        left = tagged(tag)
+    finally:
+        _kill_tagged(tag)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert 'Traceback' not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert re.match(r'\[mxkv-launch\] cannot start worker \d+: too many open files \(the '
+                    r'open-file limit, ulimit -n, is 64; the launcher needs about 118 for 51 '
+                    r'nodes: two pipes per node\); stopping scheduler, server 0, ', lines[0]), \
+        lines[0]
+    assert left == [], 'processes left behind: %r' % left
