@@ -441,3 +441,63 @@ def test_zero_d_operations_mxnet_refuses(mxkv):
     arr[:] = mxkv.nd.array([4.0])
     assert (arr + 1).asnumpy() == np.float32(5.0) and (arr + 1).shape == ()
     assert arr.copy().shape == () and arr.astype('int32').asscalar() == 4
+
+
+# --- 7. arithmetic kernels -------------------------------------------------------------------
+# mod (%): the divisor's sign, fmod in double, x % 0 = 0; power: powf on float32 operands
+# (pow in double for float64), cast back with C's conversion (int 2 ** -1 = 0); sign(NaN)
+# = 0; an int array's sqrt is sqrtf cast back; numpy operands are refused (TypeError);
+# concatenate asserts one dtype and agreeing shapes.
+_F_VALUES = [7.5, -7.5, 3.0, 0.0, -0.0, 100.0, -128.0, 1.0, float('nan'), float('inf'),
+             -float('inf'), 1e30, 5.0]
+_I_VALUES = [7, -7, 3, 0, 100, -128, 1, 127, -1]
+ARITH = {}
+for _dt in ['float16', 'float32', 'float64', 'int32', 'int64', 'uint8', 'int8']:
+    _vals = _F_VALUES if _dt.startswith('float') else _I_VALUES
+    _scalars = [3, -3, 0, 2.5, -2.5, 1e-3, float('nan'), float('inf')] if _dt.startswith(
+        'float') else [3, -3, 0, 2.5, -2.5, 2, -2, 39, 0.5]
+    for _s in _scalars:
+        ARITH['%s %% %r' % (_dt, _s)] = (lambda d, v, s: lambda mx: mx.nd.array(v, dtype=d) % s)(
+            _dt, _vals, _s)
+        ARITH['%r %% %s' % (_s, _dt)] = (lambda d, v, s: lambda mx: s % mx.nd.array(v, dtype=d))(
+            _dt, _vals, _s)
+        ARITH['%s ** %r' % (_dt, _s)] = (lambda d, v, s: lambda mx: mx.nd.array(v, dtype=d)
+                                         ** s)(_dt, _vals, _s)
+        ARITH['%r ** %s' % (_s, _dt)] = (lambda d, v, s: lambda mx: s
+                                         ** mx.nd.array(v, dtype=d))(_dt, _vals, _s)
+    ARITH['%s %% nd' % _dt] = (lambda d, v: lambda mx: mx.nd.array(v, dtype=d)
+                               % mx.nd.array(v[::-1], dtype=d))(_dt, _vals)
+    ARITH['%s ** nd' % _dt] = (lambda d, v: lambda mx: mx.nd.array(v, dtype=d)
+                               ** mx.nd.array(v[::-1], dtype=d))(_dt, _vals)
+    ARITH['%s %%= 3' % _dt] = (lambda d, v: lambda mx: _inplace(mx.nd.array(v, dtype=d),
+                                                               '__imod__', 3))(_dt, _vals)
+    ARITH['%s sign' % _dt] = (lambda d, v: lambda mx: mx.nd.sign(mx.nd.array(v, dtype=d)))(
+        _dt, _vals)
+    ARITH['%s sqrt' % _dt] = (lambda d, v: lambda mx: mx.nd.sqrt(mx.nd.array(v, dtype=d)))(
+        _dt, _vals)
+    ARITH['%s 3 ** 39' % _dt] = (lambda d: lambda mx: mx.nd.array([3, 7, 11], dtype=d)
+                                 ** mx.nd.array([39, 22, 17], dtype=d))(_dt)
+ARITH.update({
+    'concatenate f32 f64': lambda mx: mx.nd.concatenate([mx.nd.ones((1,)),
+                                                         mx.nd.zeros((1,), dtype='float64')]),
+    'concatenate bad shapes': lambda mx: mx.nd.concatenate([mx.nd.ones((2, 1)),
+                                                            mx.nd.zeros((3, 2))], axis=1),
+    'concatenate axis 1': lambda mx: mx.nd.concatenate([mx.nd.ones((2, 1)),
+                                                        mx.nd.zeros((2, 2))], axis=1),
+    'concatenate []': lambda mx: mx.nd.concatenate([]),
+    'nd + numpy': lambda mx: mx.nd.ones((2,)) + np.ones(2),
+    'numpy + nd': lambda mx: np.ones(2) + mx.nd.ones((2,)),
+    'nd * numpy': lambda mx: mx.nd.ones((2,)) * np.ones(2),
+    'nd += numpy': lambda mx: _inplace(mx.nd.ones((2,)), '__iadd__', np.ones(2)),
+    'nd + list': lambda mx: mx.nd.ones((2,)) + [1, 2],
+})
+
+
+def _inplace(arr, method, other):
+    getattr(arr, method)(other)
+    return arr
+
+
+@pytest.mark.parametrize('name', sorted(ARITH))
+def test_arithmetic_kernels(both, name):
+    run_both(both, ARITH[name], name)

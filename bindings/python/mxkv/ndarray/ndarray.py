@@ -792,10 +792,8 @@ class NDArray(object):
             with np.errstate(all='ignore'):
                 ufunc(a_v, b_v, out=out_v, casting='unsafe')
             return res
-        if isinstance(other, np.ndarray):
-            return self._binary(array(other, ctx=self.context, dtype=self.dtype), ufunc,
-                                reverse, out)
-        return NotImplemented
+        # MXNet's _ufunc_helper: only NDArrays and numbers (a numpy array too is refused)
+        raise TypeError('type %s not supported' % str(type(other)))
 
     def _divide_ufunc(self):
         return np.true_divide if self._np_dtype.kind in 'fc' else _c_int_divide
@@ -839,10 +837,22 @@ class NDArray(object):
     __div__, __rdiv__, __idiv__ = __truediv__, __rtruediv__, __itruediv__
 
     def __pow__(self, other):
-        return self._binary(other, np.power)
+        return self._binary(other, _mx_power)
 
     def __rpow__(self, other):
-        return self._binary(other, np.power, reverse=True)
+        return self._binary(other, _mx_power, reverse=True)
+
+    def __ipow__(self, other):
+        return self._binary(other, _mx_power, out=self)
+
+    def __mod__(self, other):
+        return self._binary(other, _mx_mod)
+
+    def __rmod__(self, other):
+        return self._binary(other, _mx_mod, reverse=True)
+
+    def __imod__(self, other):
+        return self._binary(other, _mx_mod, out=self)
 
     def __neg__(self):
         return self._unary(np.negative)
@@ -989,6 +999,71 @@ def _storage_fallback(lhs, rhs, ufunc, reverse, out):
             tmp.close()
 
 
+def _mx_power(a, b, out=None, casting='unsafe'):
+    """MXNet's power kernel: pow in double for float64, otherwise powf on the operands
+    as float32 (math::pow), the result cast to the output type (2 ** -1 is 0 in an int32
+    array, an overflow INT_MIN)"""
+    a, b = np.asarray(a), np.asarray(b)
+    if out.dtype == np.float64:
+        res = np.power(a.astype(np.float64), b.astype(np.float64))
+    else:
+        res = np.power(a.astype(np.float32), b.astype(np.float32))
+    np.copyto(out, res, casting=casting)
+    return out
+
+
+def _mx_mod(a, b, out=None, casting='unsafe'):
+    """MXNet's mod kernel (mshadow_op::mod): the sign of the divisor, as Python's %,
+    computed with fmod in double; x % 0 is 0"""
+    a = np.asarray(a).astype(np.float64)
+    b = np.asarray(b).astype(np.float64)
+    if out.dtype.kind == 'u':
+        res = np.where(b == 0, 0.0, np.fmod(a, np.where(b == 0, 1.0, b)))
+    else:
+        neg_a = a < 0
+        fm = np.fmod(np.where(neg_a, -a, a), np.where(b < 0, -b, b))
+        # b < 0: a < 0 -> -fmod(-a, -b); else fmod(a, -b) + (that != 0 ? b : 0)
+        # b > 0: a < 0 -> -fmod(-a, b) + (fmod(-a, b) != 0 ? b : 0); else fmod(a, b)
+        # (NaN compares false: the last case)
+        adjust = np.where(fm != 0, b, 0.0)
+        res = np.where(b < 0, np.where(neg_a, -fm, fm + adjust),
+                       np.where(neg_a, -fm + adjust, fm))
+        res = np.where(b == 0, 0.0, res)
+    # which NaN comes out, as MXNet's x86 build gives it: fmod passes a NaN operand on
+    # (a's first) and makes the negative default NaN from an infinite dividend; the
+    # a < 0, b < 0 branch negates it afterwards, and so does the a < 0, b >= 0 branch
+    # for float16 (computed as -fmod + b there, as b - fmod for float32 / float64)
+    neg_nan = np.where(np.isnan(a), np.signbit(a),
+                       np.where(np.isnan(b), np.signbit(b), True))
+    flip = (a < 0) & (b < 0)
+    if out.dtype == np.float16:
+        flip |= (a < 0) & ~(b < 0)
+    neg_nan = neg_nan ^ flip
+    res = np.where(np.isnan(res), np.where(neg_nan, -np.float64('nan'), np.float64('nan')),
+                   res)
+    if out.dtype == np.float16:
+        res = res.astype(np.float32)
+    np.copyto(out, res, casting=casting)
+    return out
+
+
+def _mx_sign(x, out=None):
+    """MXNet's sign: -1, 1, else 0 (NaN and -0.0 give 0)"""
+    np.copyto(out, (x > 0).astype(np.int8) - (x < 0).astype(np.int8), casting='unsafe')
+    return out
+
+
+def _float_math(ufunc):
+    """MXNet's math:: functions: double for float64, float32 otherwise (an int array's
+    sqrt is sqrtf of the value, cast back: NaN gives INT_MIN)"""
+    def fn(x, out=None):
+        x = np.asarray(x)
+        wide = np.float64 if out.dtype == np.float64 else np.float32
+        np.copyto(out, ufunc(x.astype(wide)), casting='unsafe')
+        return out
+    return fn
+
+
 def _c_int_divide(a, b, out=None, casting='unsafe'):
     """Integer division truncating toward zero (C semantics), x/0 -> 0."""
     a = np.asarray(a)
@@ -1083,8 +1158,19 @@ def waitall():
     check_call(_LIB.MXNDArrayWaitAll())
 
 
-def concatenate(arrays, axis=0, always_copy=True):  # pylint: disable=unused-argument
-    """Join arrays along `axis` (a copy)."""
+def concatenate(arrays, axis=0, always_copy=True):
+    """Join arrays along `axis` (a copy), with MXNet's checks (a non-empty list of
+    NDArrays of one dtype whose other dims agree: AssertionError otherwise)."""
+    assert isinstance(arrays, list)
+    assert len(arrays) > 0
+    assert isinstance(arrays[0], NDArray)
+    if not always_copy and len(arrays) == 1:
+        return arrays[0]
+    first = arrays[0].shape
+    for arr in arrays[1:]:
+        assert first[0:axis] == arr.shape[0:axis]
+        assert first[axis + 1:] == arr.shape[axis + 1:]
+        assert arrays[0].dtype == arr.dtype
     data = np.concatenate([a.asnumpy() for a in arrays], axis=axis)
     return array(data, ctx=arrays[0].context, dtype=arrays[0].dtype)
 
@@ -1135,10 +1221,10 @@ def _unary_fn(ufunc):
     return fn
 
 
-sqrt = _unary_fn(np.sqrt)
+sqrt = _unary_fn(_float_math(np.sqrt))
 square = _unary_fn(np.square)
 abs = _unary_fn(np.absolute)  # pylint: disable=redefined-builtin
-sign = _unary_fn(np.sign)
+sign = _unary_fn(_mx_sign)
 
 
 def clip(data, a_min, a_max, out=None):
