@@ -501,3 +501,34 @@ def _inplace(arr, method, other):
 @pytest.mark.parametrize('name', sorted(ARITH))
 def test_arithmetic_kernels(both, name):
     run_both(both, ARITH[name], name)
+
+
+# mx.nd.add / subtract / multiply / divide / modulo / power / maximum / minimum take
+# (lhs, rhs) only (no out=), numbers on either side, and run the operators' kernels
+def _fn_out(mx, name):
+    out = mx.nd.zeros((2,))
+    getattr(mx.nd, name)(mx.nd.array([1.0, 2.0]), mx.nd.array([3.0, 4.0]), out=out)
+    return out
+
+
+FUNCTIONS = {
+    'add out=': lambda mx: _fn_out(mx, 'add'),
+    'maximum out=': lambda mx: _fn_out(mx, 'maximum'),
+    'divide int arrays': lambda mx: mx.nd.divide(mx.nd.array([7, -7, 0], dtype='int32'),
+                                                 mx.nd.array([2, 2, 3], dtype='int32')),
+    'divide int': lambda mx: mx.nd.divide(mx.nd.array([7, -7], dtype='int32'), 2),
+    'divide scalars': lambda mx: mx.nd.divide(7, 2),
+    'modulo': lambda mx: mx.nd.modulo(mx.nd.array([7.5, -7.5]), 2),
+    'modulo left scalar': lambda mx: mx.nd.modulo(7, mx.nd.array([2, -3], dtype='int32')),
+    'power int': lambda mx: mx.nd.power(mx.nd.array([2, 3], dtype='int32'), -1),
+    'power left scalar': lambda mx: mx.nd.power(2, mx.nd.array([0.5, 3.0])),
+    'maximum scalars': lambda mx: mx.nd.maximum(2, 3),
+    'minimum left scalar': lambda mx: mx.nd.minimum(3, mx.nd.array([1.0, 5.0])),
+    'subtract left scalar': lambda mx: mx.nd.subtract(10, mx.nd.array([1.0, 2.0])),
+    'add numpy': lambda mx: mx.nd.add(mx.nd.ones((2,)), np.ones(2)),
+}
+
+
+@pytest.mark.parametrize('name', sorted(FUNCTIONS))
+def test_binary_functions(both, name):
+    run_both(both, FUNCTIONS[name], name)

@@ -27,6 +27,7 @@ _SYNCHRONOUS = bool(getattr(_LIB, '_mxkv_synchronous', False))
 __all__ = ['NDArray', 'empty', 'zeros', 'ones', 'full', 'array', 'waitall', 'concatenate',
            'bfloat16', '_ndarray_cls', 'clip', 'sqrt', 'square', 'sign', 'abs', 'maximum',
            'minimum', 'cast', 'add', 'subtract', 'multiply', 'divide', 'moveaxis',
+           'true_divide', 'modulo', 'power',
            'dtype_np_to_mx', 'dtype_mx_to_np', 'arange']
 
 bfloat16 = np.dtype([('bfloat16', np.uint16)])
@@ -1247,20 +1248,36 @@ def cast(data, dtype, out=None):
     return out
 
 
-def _binary_fn(ufunc):
-    def fn(lhs, rhs, out=None):
+def _binary_fn(ufunc, scalar_fn, name, doc, by_dtype=False):
+    """mx.nd.<name>(lhs, rhs) as MXNet's _ufunc_helper runs it: an NDArray operand gives
+    the elementwise result (`ufunc`, or with `by_dtype` ufunc(array) choosing one by the
+    array's dtype), two numbers `scalar_fn`; no ``out`` argument (MXNet's functions have
+    none)."""
+    def pick(arr):
+        return ufunc(arr) if by_dtype else ufunc
+
+    def fn(lhs, rhs):
         if isinstance(lhs, NDArray):
-            return lhs._binary(rhs, ufunc, out=out)
+            return lhs._binary(rhs, pick(lhs))
         if isinstance(rhs, NDArray):
-            return rhs._binary(lhs, ufunc, reverse=True, out=out)
-        return ufunc(lhs, rhs)
+            return rhs._binary(lhs, pick(rhs), reverse=True)
+        if isinstance(lhs, numeric_types) and isinstance(rhs, numeric_types):
+            return scalar_fn(lhs, rhs)
+        raise TypeError('type %s not supported' % str(type(rhs)))
+    fn.__name__ = name
+    fn.__doc__ = doc
     return fn
 
 
-add = _binary_fn(np.add)
-subtract = _binary_fn(np.subtract)
-multiply = _binary_fn(np.multiply)
-divide = _binary_fn(np.true_divide)
-maximum = _binary_fn(np.maximum)
-minimum = _binary_fn(np.minimum)
-
+add = _binary_fn(np.add, operator.add, 'add', 'lhs + rhs, elementwise with broadcasting')
+subtract = _binary_fn(np.subtract, operator.sub, 'subtract', 'lhs - rhs')
+multiply = _binary_fn(np.multiply, operator.mul, 'multiply', 'lhs * rhs')
+divide = _binary_fn(lambda arr: arr._divide_ufunc(), operator.truediv, 'divide', 'lhs / rhs',
+                    by_dtype=True)
+true_divide = divide
+modulo = _binary_fn(_mx_mod, operator.mod, 'modulo', 'lhs % rhs (MXNet\'s mod)')
+power = _binary_fn(_mx_power, operator.pow, 'power', 'base ** exp (MXNet\'s power)')
+maximum = _binary_fn(np.maximum, lambda x, y: x if x > y else y, 'maximum',
+                     'elementwise maximum')
+minimum = _binary_fn(np.minimum, lambda x, y: x if x < y else y, 'minimum',
+                     'elementwise minimum')
