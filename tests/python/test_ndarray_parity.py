@@ -532,3 +532,67 @@ FUNCTIONS = {
 @pytest.mark.parametrize('name', sorted(FUNCTIONS))
 def test_binary_functions(both, name):
     run_both(both, FUNCTIONS[name], name)
+
+
+# --- save / load -------------------------------------------------------------------------------
+# nd.save: TypeError for a dict with other keys or values, or a list with other values;
+# ValueError for other containers (a tuple too).  csr arrays load and densify.
+SAVE_CALLS = {
+    'dict int keys': lambda mx, path: mx.nd.save(path, {1: mx.nd.ones((1,))}),
+    'dict None value': lambda mx, path: mx.nd.save(path, {'a': None}),
+    'list with None': lambda mx, path: mx.nd.save(path, [mx.nd.ones((1,)), None]),
+    'list of ints': lambda mx, path: mx.nd.save(path, [1, 2]),
+    'str data': lambda mx, path: mx.nd.save(path, 'abc'),
+    'tuple': lambda mx, path: mx.nd.save(path, (mx.nd.ones((1,)),)),
+    'list': lambda mx, path: (mx.nd.save(path, [mx.nd.ones((2,))]), mx.nd.load(path))[1][0],
+    'one array': lambda mx, path: (mx.nd.save(path, mx.nd.ones((2,))), mx.nd.load(path))[1][0],
+}
+
+
+@pytest.mark.parametrize('name', sorted(SAVE_CALLS))
+def test_save_arguments(both, tmp_path, name):
+    run_both(both, lambda mx: SAVE_CALLS[name](mx, str(tmp_path / mx.__name__)), name)
+
+
+def test_csr_loads_and_densifies(both, tmp_path):
+    """a csr array saved by MXNet or by mxkv loads as a CSRNDArray whose asnumpy() is its
+    dense value (mxkv refused to densify csr arrays)"""
+    mxnet, mxkv = both
+    for saver in (mxnet, mxkv):
+        path = str(tmp_path / ('csr.' + saver.__name__))
+        saver.nd.save(path, [saver.nd.sparse.zeros('csr', (3, 4))])
+        expected = [outcome(mxnet, lambda mx, a=a: a) for a in mxnet.nd.load(path)]
+        got = [outcome(mxkv, lambda mx, a=a: a) for a in mxkv.nd.load(path)]
+        assert_same_bits(repr(expected), repr(got), 'csr saved by ' + saver.__name__)
+
+
+def _mxkv_csr(mxkv, data, indices, indptr, shape):
+    """a csr array filled part by part (MXNDArraySyncCopyFromNDArray: -1 data, 0 indptr,
+    1 indices), as a C user fills one"""
+    from mxkv.base import _LIB, check_call
+    arr = mxkv.nd.sparse.zeros('csr', shape)
+    for i, part, dtype in ((-1, data, 'float32'), (0, indptr, 'int64'), (1, indices, 'int64')):
+        src = mxkv.nd.array(part, dtype=dtype)
+        check_call(_LIB.MXNDArraySyncCopyFromNDArray(arr.handle, src.handle, i))
+    return arr
+
+
+@pytest.mark.parametrize('case', [
+    ([1.5, 2.0, -3.0, 4.0], [1, 0, 3, 2], [0, 1, 1, 3, 4], (4, 4)),
+    ([7.0], [2], [0, 0, 1], (2, 3)),
+    ([], [], [0, 0, 0], (2, 3)),
+], ids=repr)
+def test_csr_densifies_like_mxnet(both, case):
+    mxnet, mxkv = both
+    data, indices, indptr, shape = case
+    expected = mxnet.nd.sparse.csr_matrix(
+        (np.array(data, np.float32), np.array(indices, np.int64), np.array(indptr, np.int64)),
+        shape=shape).asnumpy()
+    got = _mxkv_csr(mxkv, data, indices, indptr, shape).asnumpy()
+    assert_same_bits(expected, got, 'csr %r' % (case,))
+
+
+def test_csr_with_invalid_parts_raises(mxkv):
+    arr = _mxkv_csr(mxkv, [1.0], [5], [0, 1, 1], (2, 3))  # column 5 of 3
+    with pytest.raises(mxkv.base.MXNetError, match='invalid parts'):
+        arr.asnumpy()

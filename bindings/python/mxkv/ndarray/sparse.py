@@ -509,7 +509,7 @@ class RowSparseNDArray(BaseSparseNDArray):
 
 
 class CSRNDArray(BaseSparseNDArray):
-    """csr array (created and passed around; no conversions in mxkv)."""
+    """csr array (created, passed around, saved, loaded and densified)."""
     __slots__ = []
 
     @property
@@ -528,9 +528,37 @@ class CSRNDArray(BaseSparseNDArray):
         return self._data()
 
     def tostype(self, stype):
+        """'csr' (self) or 'default' (a dense copy, as MXNet's cast_storage)"""
         if stype == 'csr':
             return self
+        if stype == 'default':
+            res = _dense.empty(self.shape, ctx=self.context, dtype=self.dtype)
+            res._sync_copyfrom(self._dense_numpy())
+            return res
         raise MXNetError('tostype(%r) of a csr array is not supported by mxkv' % (stype,))
+
+    def _dense_numpy(self):
+        """the dense values: row i holds data[indptr[i]:indptr[i + 1]] at the columns
+        indices[indptr[i]:indptr[i + 1]]; MXNetError for parts that do not describe a csr
+        array of this shape (MXNet reads or writes outside its buffers there)"""
+        rows, cols = self.shape
+        out = np.zeros((rows, cols), dtype=self._np_dtype)
+        with self.indptr as ptr_nd, self.indices as idx_nd, self.data as data_nd:
+            indptr = ptr_nd.asnumpy().astype(np.int64)
+            indices = idx_nd.asnumpy().astype(np.int64)
+            data = data_nd.asnumpy()
+        if indptr.size == 0 or indptr[-1] == 0:
+            return out
+        if indptr.size != rows + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any() or \
+                indptr[-1] > min(indices.size, data.size) or \
+                (indices[:indptr[-1]] < 0).any() or (indices[:indptr[-1]] >= cols).any():
+            raise MXNetError('csr array of shape %s has invalid parts (indptr %s, %d indices, '
+                             '%d values)' % (self.shape, indptr.tolist()[:8], indices.size,
+                                             data.size))
+        nnz = int(indptr[-1])
+        row_ids = np.repeat(np.arange(rows), np.diff(indptr))
+        out[row_ids, indices[:nnz]] = data[:nnz]
+        return out
 
     def copyto(self, other):
         raise MXNetError('copyto of a csr array is not supported by mxkv')

@@ -9,22 +9,24 @@ __all__ = ['save', 'load']
 
 
 def save(fname, data):
-    """Save an NDArray, a list of NDArrays or a dict str -> NDArray to `fname`."""
+    """Save an NDArray, a list of NDArrays or a dict str -> NDArray to `fname` (MXNet's
+    checks: TypeError for other keys or values, ValueError for other containers)."""
     if isinstance(data, NDArray):
         data = [data]
     if isinstance(data, dict):
         keys = list(data.keys())
-        if not all(isinstance(k, string_types) for k in keys):
-            raise MXKVUsageError('save only accepts dict str->NDArray')
         vals = [data[k] for k in keys]
+        if any(not isinstance(k, string_types) for k in keys) or \
+                any(not isinstance(v, NDArray) for v in vals):
+            raise TypeError('save only accept dict str->NDArray or list of NDArray')
         ckeys = c_str_array(keys)
-    elif isinstance(data, (list, tuple)):
+    elif isinstance(data, list):
+        if any(not isinstance(v, NDArray) for v in data):
+            raise TypeError('save only accept dict str->NDArray or list of NDArray')
         vals, ckeys = list(data), None
     else:
-        raise MXKVUsageError('data needs to either be a NDArray, dict of str, NDArray pairs '
-                             'or a list of NDarrays.')
-    if not all(isinstance(v, NDArray) for v in vals):
-        raise MXKVUsageError('save only accepts NDArray values')
+        raise ValueError('data needs to either be a NDArray, dict of str, NDArray pairs '
+                         'or a list of NDarrays.')
     check_call(_LIB.MXNDArraySave(c_str(fname), len(vals), c_handle_array(vals), ckeys))
 
 
