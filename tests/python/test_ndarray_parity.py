@@ -596,3 +596,28 @@ def test_csr_with_invalid_parts_raises(mxkv):
     arr = _mxkv_csr(mxkv, [1.0], [5], [0, 1, 1], (2, 3))  # column 5 of 3
     with pytest.raises(mxkv.base.MXNetError, match='invalid parts'):
         arr.asnumpy()
+
+
+# --- pickling: MXNet loads a pickled CPU array (any device id, pinned or shared) on cpu(0)
+@pytest.mark.parametrize('make', ['dense cpu(3)', 'dense cpu_pinned(2)', 'row_sparse cpu(4)',
+                                  'int64 deepcopy'])
+def test_pickle_context_and_values(both, make):
+    import copy
+    import pickle
+
+    def scenario(mx):
+        if make == 'dense cpu(3)':
+            arr = mx.nd.array([1.5, 2.5], ctx=mx.cpu(3))
+        elif make == 'dense cpu_pinned(2)':
+            arr = mx.nd.array([1.5, 2.5], ctx=mx.cpu_pinned(2))
+        elif make == 'row_sparse cpu(4)':
+            arr = mx.nd.sparse.row_sparse_array(([[1.0, 2.0]], [1]), shape=(3, 2), ctx=mx.cpu(4))
+        else:
+            arr = mx.nd.array([1, 2], dtype='int64')
+            back = copy.deepcopy(arr)
+            back[0] = 9  # independent of arr
+            return str(back.context), back.asnumpy(), arr.asnumpy()
+        back = pickle.loads(pickle.dumps(arr))
+        return str(back.context), back.stype, back.asnumpy()
+    mxnet, mxkv = both
+    assert_same_bits(scenario(mxnet), scenario(mxkv), make)

@@ -428,7 +428,7 @@ class NDArray(object):
             return
         dt = dtype_mx_to_np(state['dtype'])
         ctx = Context.from_codes(*state['ctx'])
-        if ctx.device_type == 'cpu_pinned':
+        if ctx.device_type != 'gpu':  # MXNet's NDArray::Load puts CPU arrays on cpu(0)
             ctx = Context('cpu', 0)
         self.handle = _new_alloc_handle(state['shape'], ctx, False, dt)
         raw = np.frombuffer(state['data'], dtype=np.uint16 if dt is bfloat16 else dt)

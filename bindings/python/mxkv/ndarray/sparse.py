@@ -217,7 +217,7 @@ class RowSparseNDArray(BaseSparseNDArray):
             self.handle = None
             return
         ctx = Context.from_codes(*state['ctx'])
-        if ctx.device_type == 'cpu_pinned':
+        if ctx.device_type != 'gpu':  # MXNet's NDArray::Load puts CPU arrays on cpu(0)
             ctx = Context('cpu', 0)
         tmp = _from_parts(state['data'], state['indices'], state['shape'], ctx,
                           dtype_mx_to_np(state['dtype']))
