@@ -1059,7 +1059,7 @@ static void test_create_args(void) {
   BAD(MXNDArrayCreateEx(&s2, 1, 0, 0, 0, DT_F32, &h), "MXNDArrayCreateEx: ");
   BAD(MXNDArrayCreateEx(&s2, 1, 4, 0, 0, DT_F32, &h), "MXNDArrayCreateEx: ");
   BAD(MXNDArrayCreateEx(&s2, 1, -1, 0, 0, DT_F32, &h), "MXNDArrayCreateEx: ");
-  BAD(MXNDArrayCreateEx(&s2, 1, DEV_CPU, -1, 0, DT_F32, &h), "MXNDArrayCreateEx: ");
+  BAD(MXNDArrayCreateEx(&s2, 1, DEV_CPU_PINNED, -1, 0, DT_F32, &h), "MXNDArrayCreateEx: "); /* cpu(-1) is cpu(0) */
   BAD(MXNDArrayCreateEx(&s2, 1, DEV_CPU, 0, 0, 13, &h), "Unknown type enum 13");
   BAD(MXNDArrayCreateEx(&s2, 1, DEV_CPU, 0, 0, 99, &h), "MXNDArrayCreateEx: Unknown type enum 99");
   BAD(MXNDArrayCreateEx(&s2, 1, DEV_CPU, 0, 0, -1, &h), "Unknown type enum -1");

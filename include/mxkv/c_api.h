@@ -365,7 +365,8 @@ MXNET_DLL int MXNDArrayGetStorageType(NDArrayHandle handle, int *out_storage_typ
 /*
  The address of a dense array's data, valid while any handle to the array
  lives. Writes through it bypass the library's locks: do not write while
- another thread uses the array.
+ another thread uses the array. An array with no elements gives NULL, as
+ in MXNet.
  */
 MXNET_DLL int MXNDArrayGetData(NDArrayHandle handle, void **out_pdata);
 

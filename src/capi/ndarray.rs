@@ -44,6 +44,17 @@ struct Loaded {
 // thread-local or its thread-id entry of `LOADED_ORPHANS`).
 unsafe impl Send for Loaded {}
 
+/// The context of a new array: as MXNet's `Context::Create`, a negative
+/// device id of a CPU context (`cpu`, `cpu_shared`) means device 0; anything
+/// else goes to [`Context::new`], which checks it.
+fn new_ctx(dev_type: c_int, dev_id: c_int) -> Result<Context> {
+    use crate::ndarray::{DEV_CPU, DEV_CPU_SHARED};
+    match dev_type {
+        DEV_CPU | DEV_CPU_SHARED if dev_id < 0 => Context::new(dev_type, 0),
+        _ => Context::new(dev_type, dev_id),
+    }
+}
+
 fn create(
     shape: Shape,
     dev_type: c_int,
@@ -54,11 +65,7 @@ fn create(
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
-    let a = NDArray::zeros(
-        shape,
-        DType::from_code(dtype)?,
-        Context::new(dev_type, dev_id)?,
-    )?;
+    let a = NDArray::zeros(shape, DType::from_code(dtype)?, new_ctx(dev_type, dev_id)?)?;
     // SAFETY: `out` is non-NULL and writable, per the contract.
     unsafe { write_out(out, new_handle(a), "out") }
 }
@@ -173,7 +180,7 @@ fn create_sparse(
         stype,
         shape,
         DType::from_code(dtype)?,
-        Context::new(dev_type, dev_id)?,
+        new_ctx(dev_type, dev_id)?,
         &aux_types,
         &aux_shapes,
     )?;
@@ -516,7 +523,8 @@ pub unsafe extern "C" fn MXNDArrayGetStorageType(
 
 /// The address of a dense array's data, valid while any handle to the array
 /// lives. Writes through it bypass the library's locks: do not write while
-/// another thread uses the array.
+/// another thread uses the array. An array with no elements gives NULL, as
+/// in MXNet.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayGetData(
     handle: NDArrayHandle,
@@ -525,7 +533,11 @@ pub unsafe extern "C" fn MXNDArrayGetData(
     api_call("MXNDArrayGetData", || {
         let a = ndarray(handle, "handle")?;
         a.ensure_dense("get the data of")?;
-        let p = a.write().as_mut_ptr().cast::<c_void>();
+        let p = if a.size() == 0 {
+            std::ptr::null_mut()
+        } else {
+            a.write().as_mut_ptr().cast::<c_void>()
+        };
         // SAFETY: NULL (checked) or writable, per the contract.
         unsafe { write_out(out_pdata, p, "out_pdata") }
     })
