@@ -621,3 +621,52 @@ def test_pickle_context_and_values(both, make):
         return str(back.context), back.stype, back.asnumpy()
     mxnet, mxkv = both
     assert_same_bits(scenario(mxnet), scenario(mxkv), make)
+
+
+# --- bfloat16 arithmetic: bf16_t computes in float and keeps the high half of the result;
+# a scalar operand is first made a bf16_t (DType(scalar)).
+_BF_A = np.array([1.0, 3.0, 1.0078125, -2.5, 0.0, 1e30, -7.75, np.nan, np.inf, 0.333],
+                 np.float32)
+_BF_B = np.array([3.0, -1.01171875, 2.0, 0.5, -0.0, 3.0, 2.25, 1.0, -np.inf, 7.0], np.float32)
+
+
+def _bf(mx, values):
+    return mx.nd.array(values).astype(BF16)
+
+
+BF16_ARITH = {
+    'a + b': lambda mx: _bf(mx, _BF_A) + _bf(mx, _BF_B),
+    'a - b': lambda mx: _bf(mx, _BF_A) - _bf(mx, _BF_B),
+    'a * b': lambda mx: _bf(mx, _BF_A) * _bf(mx, _BF_B),
+    'a / b': lambda mx: _bf(mx, _BF_A) / _bf(mx, _BF_B),
+    'a ** b': lambda mx: _bf(mx, _BF_A) ** _bf(mx, _BF_B),
+    'a % b': lambda mx: _bf(mx, _BF_A) % _bf(mx, _BF_B),
+    'a + 1.01171875': lambda mx: _bf(mx, _BF_A) + 1.01171875,
+    'a * 1.01171875': lambda mx: _bf(mx, _BF_A) * 1.01171875,
+    '3 - a': lambda mx: 3.0234375 - _bf(mx, _BF_A),
+    '3 / a': lambda mx: 3 / _bf(mx, _BF_A),
+    'a ** 2': lambda mx: _bf(mx, _BF_A) ** 2,
+    'a += 1': lambda mx: _inplace(_bf(mx, _BF_A), '__iadd__', 1),
+    'a *= b': lambda mx: _inplace(_bf(mx, _BF_A), '__imul__', _bf(mx, _BF_B)),
+    '-a': lambda mx: -_bf(mx, _BF_A),
+    '-nan': lambda mx: -mx.nd.array(np.array([0x7fc00000, 0xffc00000, 0x7f800001], np.uint32)
+                                    .view(np.float32)).astype(BF16),
+    'abs(a)': lambda mx: abs(_bf(mx, _BF_A)),
+    'sqrt': lambda mx: mx.nd.sqrt(_bf(mx, _BF_A)),
+    'square': lambda mx: mx.nd.square(_bf(mx, _BF_A)),
+    'sign': lambda mx: mx.nd.sign(_bf(mx, _BF_A)),
+    'clip': lambda mx: mx.nd.clip(_bf(mx, _BF_A), -1.01171875, 2.3),
+    'maximum': lambda mx: mx.nd.maximum(_bf(mx, _BF_A), 1.5),
+    'minimum nd': lambda mx: mx.nd.minimum(_bf(mx, _BF_A), _bf(mx, _BF_B)),
+    'a + float32': lambda mx: _bf(mx, _BF_A) + mx.nd.array(_BF_B),
+    'a[1:] = 2.3': lambda mx: _assign(_bf(mx, _BF_A), S(1, None), 2.3),
+}
+
+
+@pytest.mark.parametrize('name', sorted(BF16_ARITH))
+def test_bfloat16_arithmetic(both, name):
+    run_both(both, lambda mx: _bits_or_same(BF16_ARITH[name](mx)), name)
+
+
+def _bits_or_same(res):
+    return res.asnumpy().view(np.uint16) if res.dtype == BF16 else res

@@ -49,14 +49,17 @@ _DTYPE_MX_TO_NP[12] = bfloat16
 # it like any float32.  numpy has no bfloat16, so these arrays hold the raw bits (uint16).
 def _bf16_decode(bits):
     """uint16 bfloat16 bits -> float32 values"""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    wide = np.asarray(np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16),
+                      dtype=np.uint32)
+    return wide.reshape(wide.shape or (1,)).view(np.float32).reshape(wide.shape)
 
 
 def _bf16_encode(values):
     """numeric values -> uint16 bfloat16 bits, as bf16_t(static_cast<float>(v))"""
     with np.errstate(all='ignore'):
         f32 = np.asarray(values).astype(np.float32)
-    return (f32.view(np.uint32) >> 16).astype(np.uint16)
+    bits = f32.reshape(f32.shape or (1,)).view(np.uint32).reshape(f32.shape)
+    return np.asarray(bits >> np.uint32(16)).astype(np.uint16)
 
 
 def _convert(src, src_dtype, dst_dtype):
@@ -757,18 +760,13 @@ class NDArray(object):
             if self._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
             rhs = self._scalar(other)
-            lhs_v = self._arith_view()
-            if out is None:
-                res = empty(self.shape, ctx=self.context, dtype=self.dtype)
-                out_v = res._view(write=True)
-            else:
-                res, out_v = out, out._arith_view(write=True)
-            with np.errstate(all='ignore'):
-                if reverse:
-                    ufunc(rhs, lhs_v, out=out_v, casting='unsafe')
-                else:
-                    ufunc(lhs_v, rhs, out=out_v, casting='unsafe')
-            return res
+            if self.dtype is bfloat16:  # DType(scalar): the truncated bfloat16, as float
+                rhs = _bf16_decode(rhs)[()]
+            lhs_v = self._values()
+            res = empty(self.shape, ctx=self.context, dtype=self.dtype) if out is None else out
+            if reverse:
+                return res._write(lambda o: ufunc(rhs, lhs_v, out=o, casting='unsafe'))
+            return res._write(lambda o: ufunc(lhs_v, rhs, out=o, casting='unsafe'))
         if isinstance(other, NDArray):
             if self._is_sparse or other._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
@@ -788,16 +786,36 @@ class NDArray(object):
                     raise MXNetError('in-place operation: shape %s does not match %s'
                                      % (out.shape, shape))
                 res = out
-            a_v, b_v = a._arith_view(), b._arith_view()
-            out_v = res._arith_view(write=True)
-            with np.errstate(all='ignore'):
-                ufunc(a_v, b_v, out=out_v, casting='unsafe')
-            return res
+            a_v, b_v = a._values(), b._values()
+            return res._write(lambda o: ufunc(a_v, b_v, out=o, casting='unsafe'))
         # MXNet's _ufunc_helper: only NDArrays and numbers (a numpy array too is refused)
         raise TypeError('type %s not supported' % str(type(other)))
 
     def _divide_ufunc(self):
-        return np.true_divide if self._np_dtype.kind in 'fc' else _c_int_divide
+        if self.dtype is bfloat16 or self._np_dtype.kind in 'fc':
+            return np.true_divide
+        return _c_int_divide
+
+    def _values(self):
+        """the values for arithmetic: a numpy view of the buffer (float32 values of a
+        bfloat16 array: MXNet's bf16_t computes in float)"""
+        if self.dtype is bfloat16:
+            return _bf16_decode(self._view())
+        return self._arith_view()
+
+    def _write(self, compute):
+        """compute(out) writes the result into this array's buffer (a bfloat16 array:
+        into float32, kept as bf16_t keeps it: the high half); returns self"""
+        if self.dtype is bfloat16:
+            tmp = np.zeros(self.shape, np.float32)
+            with np.errstate(all='ignore'):
+                compute(tmp)
+            self._view(write=True)[...] = _bf16_encode(tmp)
+            return self
+        out_v = self._arith_view(write=True)
+        with np.errstate(all='ignore'):
+            compute(out_v)
+        return self
 
     def __add__(self, other):
         return self._binary(other, np.add)
@@ -856,6 +874,8 @@ class NDArray(object):
         return self._binary(other, _mx_mod, out=self)
 
     def __neg__(self):
+        if self.dtype is bfloat16:  # MXNet's bf16 negative leaves a NaN as it is
+            return self._unary(_bf16_negative)
         return self._unary(np.negative)
 
     def __abs__(self):
@@ -863,9 +883,8 @@ class NDArray(object):
 
     def _unary(self, ufunc):
         res = empty(self.shape, ctx=self.context, dtype=self.dtype)
-        with np.errstate(all='ignore'):
-            ufunc(self._arith_view(), out=res._arith_view(write=True))
-        return res
+        values = self._values()
+        return res._write(lambda o: ufunc(values, out=o))
 
     def __eq__(self, other):  # identity semantics; MXNet returns an elementwise array
         return self is other
@@ -875,8 +894,11 @@ class NDArray(object):
 
     def sum(self):
         """Sum of all elements as a 1-element array (numpy pairwise summation)."""
-        return array([self._arith_view().sum(dtype=self._np_dtype)], ctx=self.context,
-                     dtype=self.dtype)
+        if self.dtype is bfloat16:
+            total = _bf16_encode(self._values().sum(dtype=np.float32))
+        else:
+            total = self._values().sum(dtype=self._np_dtype)
+        return array(np.reshape(total, (1,)), ctx=self.context, dtype=self.dtype)
 
     @property
     def T(self):  # pylint: disable=invalid-name
@@ -1048,6 +1070,21 @@ def _mx_mod(a, b, out=None, casting='unsafe'):
     return out
 
 
+def _bf16_negative(x, out=None):
+    np.copyto(out, np.where(np.isnan(x), x, -x))
+    return out
+
+
+def _bf16_maximum(a, b, out=None, casting='unsafe'):
+    np.copyto(out, np.where(np.asarray(a) > np.asarray(b), a, b), casting=casting)
+    return out
+
+
+def _bf16_minimum(a, b, out=None, casting='unsafe'):
+    np.copyto(out, np.where(np.asarray(a) < np.asarray(b), a, b), casting=casting)
+    return out
+
+
 def _mx_sign(x, out=None):
     """MXNet's sign: -1, 1, else 0 (NaN and -0.0 give 0)"""
     np.copyto(out, (x > 0).astype(np.int8) - (x < 0).astype(np.int8), casting='unsafe')
@@ -1216,9 +1253,8 @@ def moveaxis(tensor, source, destination):
 def _unary_fn(ufunc):
     def fn(data, out=None, **kwargs):  # pylint: disable=unused-argument
         res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
-        with np.errstate(all='ignore'):
-            ufunc(data._arith_view(), out=res._arith_view(write=True))
-        return res
+        values = data._values()
+        return res._write(lambda o: ufunc(values, out=o))
     return fn
 
 
@@ -1231,13 +1267,17 @@ sign = _unary_fn(_mx_sign)
 def clip(data, a_min, a_max, out=None):
     """clip(x, a_min, a_max); the bounds are float32 operator parameters (as in MXNet)."""
     from .._numerics import dmlc_float
-    lo = data._np_dtype.type(dmlc_float(a_min, 'a_min'))
-    hi = data._np_dtype.type(dmlc_float(a_max, 'a_max'))
+    lo, hi = dmlc_float(a_min, 'a_min'), dmlc_float(a_max, 'a_max')
+    if data.dtype is bfloat16:
+        lo, hi = _bf16_decode(_bf16_encode(lo))[()], _bf16_decode(_bf16_encode(hi))[()]
+    else:
+        lo, hi = data._np_dtype.type(lo), data._np_dtype.type(hi)
     res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
-    x = data._arith_view()
-    out_v = res._arith_view(write=True)
-    out_v[...] = np.where(x > hi, hi, np.where(x < lo, lo, x))
-    return res
+    x = data._values()
+
+    def compute(out_v):
+        out_v[...] = np.where(x > hi, hi, np.where(x < lo, lo, x))
+    return res._write(compute)
 
 
 def cast(data, dtype, out=None):
@@ -1277,7 +1317,10 @@ divide = _binary_fn(lambda arr: arr._divide_ufunc(), operator.truediv, 'divide',
 true_divide = divide
 modulo = _binary_fn(_mx_mod, operator.mod, 'modulo', 'lhs % rhs (MXNet\'s mod)')
 power = _binary_fn(_mx_power, operator.pow, 'power', 'base ** exp (MXNet\'s power)')
-maximum = _binary_fn(np.maximum, lambda x, y: x if x > y else y, 'maximum',
-                     'elementwise maximum')
-minimum = _binary_fn(np.minimum, lambda x, y: x if x < y else y, 'minimum',
-                     'elementwise minimum')
+# MXNet's maximum / minimum pass a NaN on (IsNan), except for bfloat16 (a > b ? a : b)
+maximum = _binary_fn(lambda arr: _bf16_maximum if arr.dtype is bfloat16 else np.maximum,
+                     lambda x, y: x if x > y else y, 'maximum', 'elementwise maximum',
+                     by_dtype=True)
+minimum = _binary_fn(lambda arr: _bf16_minimum if arr.dtype is bfloat16 else np.minimum,
+                     lambda x, y: x if x < y else y, 'minimum', 'elementwise minimum',
+                     by_dtype=True)
