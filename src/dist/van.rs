@@ -103,16 +103,15 @@ pub struct VanOptions {
 fn bind_tcp(router: &zmq::Socket, bind_host: &str, port: u16, exact: bool) -> Result<u16> {
     let want = format!("tcp://{bind_host}:{port}");
     let bound = if port == 0 {
-        router.bind(&format!("tcp://{bind_host}:*"))
+        retry_eintr(|| router.bind(&format!("tcp://{bind_host}:*")))
     } else {
-        router.bind(&want)
+        retry_eintr(|| router.bind(&want))
     };
     if let Err(e) = bound {
         if exact || port == 0 {
             return Err(Error::usage(format!("bind failed: {want}: {e}")));
         }
-        router
-            .bind(&format!("tcp://{bind_host}:*"))
+        retry_eintr(|| router.bind(&format!("tcp://{bind_host}:*")))
             .map_err(|e| Error::usage(format!("bind failed: {want} and a free port: {e}")))?;
     }
     let ep = router
@@ -137,7 +136,7 @@ fn bind_ipc(router: &zmq::Socket, port: u16, exact: bool) -> Result<u16> {
     };
     let mut port = if port == 0 { free()? } else { port };
     for attempt in 0..40 {
-        match router.bind(&format!("ipc:///tmp/{port}")) {
+        match retry_eintr(|| router.bind(&format!("ipc:///tmp/{port}"))) {
             Ok(()) => return Ok(port),
             Err(e) if exact || attempt == 39 => {
                 return Err(Error::usage(format!("bind failed: ipc:///tmp/{port}: {e}")))
@@ -184,6 +183,19 @@ pub struct Van {
     port: u16,
     host: String,
     local: bool,
+}
+
+/// Calls `f` again while it fails with EINTR (a signal arrived while it
+/// waited: ps-lite's van retries too). For calls that do not wait (or wait
+/// once for a bounded time: a bind, a connect, a receive of the rest of a
+/// message that is there).
+fn retry_eintr<T>(mut f: impl FnMut() -> zmq::Result<T>) -> zmq::Result<T> {
+    loop {
+        match f() {
+            Err(zmq::Error::EINTR) => {}
+            r => return r,
+        }
+    }
 }
 
 fn zerr(what: &str, e: zmq::Error) -> Error {
@@ -321,17 +333,19 @@ impl Van {
         }
         let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let mon_ep = format!("inproc://mxkv-monitor-{}-{generation}", std::process::id());
-        sock.monitor(
-            &mon_ep,
-            i32::from(EVENT_HANDSHAKE_SUCCEEDED | EVENT_DISCONNECTED),
-        )
+        retry_eintr(|| {
+            sock.monitor(
+                &mon_ep,
+                i32::from(EVENT_HANDSHAKE_SUCCEEDED | EVENT_DISCONNECTED),
+            )
+        })
         .map_err(|e| zerr("zmq_socket_monitor", e))?;
         // the monitor's inproc endpoint is in `sock`'s context: so is its reader
         let mon = new_socket(&ctx, zmq::PAIR)?;
         mon.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
-        mon.connect(&mon_ep)
+        retry_eintr(|| mon.connect(&mon_ep))
             .map_err(|e| zerr("cannot connect the socket monitor", e))?;
-        sock.connect(&endpoint)
+        retry_eintr(|| sock.connect(&endpoint))
             .map_err(|e| Error::usage(format!("cannot connect to {endpoint}: {e}")))?;
         // The sender first: the receive thread drops a monitor whose
         // generation is not the current sender's.
@@ -409,10 +423,24 @@ impl Van {
                 summary(&msg)
             );
         }
-        let mut bytes = meta.len();
         let nparts = msg.data.len();
-        // the copy is made before the socket is taken (another sender may use it)
-        let mut copied = copied.map(|(i, src)| (i, zmq::Message::from(src)));
+        // The frames, in order; a copied part's frame is made before the
+        // socket is taken (another sender may use it).
+        let mut frames: Vec<Out<'_>> = Vec::with_capacity(1 + nparts);
+        frames.push(Out::Copy(&meta));
+        let mut copied = copied;
+        for (i, part) in msg.data.into_iter().enumerate() {
+            frames.push(match copied {
+                Some((j, src)) if j == i => {
+                    copied = None;
+                    Out::Ready(Some(zmq::Message::from(src)), src)
+                }
+                // Small bytes someone else holds too (a lent value) are
+                // copied: the holder may want to write them again soon.
+                _ if part.len() < SHARE_MIN && !part.is_unique() => Out::Owned(part, true),
+                _ => Out::Owned(part, false),
+            });
+        }
         let mut sock = if nowait {
             sender
                 .sock
@@ -421,10 +449,8 @@ impl Van {
         } else {
             sender.sock.lock()
         };
-        let flags =
-            if nparts > 0 { zmq::SNDMORE } else { 0 } | if nowait { zmq::DONTWAIT } else { 0 };
         let timeout = |e: zmq::Error| {
-            if e == zmq::Error::EAGAIN {
+            if e == zmq::Error::EAGAIN || e == zmq::Error::EINTR {
                 Error::timeout(format!(
                     "sending to node {peer} ({}) timed out after {:.1} s: the peer does not read",
                     sender.endpoint,
@@ -437,27 +463,18 @@ impl Van {
                 ))
             }
         };
-        sock.send(zmq::Message::from(meta), flags)
-            .map_err(timeout)?;
-        for (i, part) in msg.data.into_iter().enumerate() {
-            let flags = if i + 1 < nparts { zmq::SNDMORE } else { 0 };
-            let frame = match copied.take() {
-                Some((j, f)) if j == i => f,
-                other => {
-                    copied = other;
-                    if part.len() >= SHARE_MIN && !part.is_unique() {
-                        // bytes someone else holds too: sent without a copy
-                        bytes += part.len();
-                        sock.send_shared(part, flags).map_err(timeout)?;
-                        continue;
-                    }
-                    to_zmq(part)
-                }
-            };
-            bytes += frame.len();
-            sock.send(frame, flags).map_err(timeout)?;
-        }
-        Ok(bytes)
+        let give_up = Instant::now().checked_add(self.shared.send_timeout);
+        let flags = if nowait { zmq::DONTWAIT } else { 0 };
+        send_frames(&mut *sock, frames, flags, give_up).map_err(|(e, sent)| {
+            if sent > 0 {
+                self.log(&format!(
+                    "sending to node {peer} failed after {sent} of {} frames: {e}; the rest \
+                     were handed to ZeroMQ too, which drops the message",
+                    nparts + 1
+                ));
+            }
+            timeout(e)
+        })
     }
 
     /// Stops the receive thread and closes every socket. Waits for the thread
@@ -525,18 +542,98 @@ impl Van {
     }
 }
 
-/// A `Bytes` as a ZeroMQ frame: without a copy when it is the only handle
-/// to a Vec-backed buffer, else copied once (large shared ones do not get
-/// here: [`ContextSocket::send_shared`] sends them).
-fn to_zmq(b: Bytes) -> zmq::Message {
-    if b.is_unique() {
-        let v: Vec<u8> = b.into();
-        if v.len() == v.capacity() {
-            return zmq::Message::from(v.into_boxed_slice());
+/// One frame of a message to send. Each can be sent again after a failed
+/// attempt (ZeroMQ keeps a frame whose send failed, but the `zmq` crate
+/// drops it).
+enum Out<'a> {
+    /// Bytes copied into a fresh frame at each attempt (the meta).
+    Copy(&'a [u8]),
+    /// A frame made in advance from these bytes (a copied part: one copy,
+    /// straight into the frame); a later attempt copies them again.
+    Ready(Option<zmq::Message>, &'a [u8]),
+    /// A data part: copied at each attempt (`true`), or sent without a copy
+    /// (libzmq holds a clone of the `Bytes` until the frame is written).
+    Owned(Bytes, bool),
+}
+
+impl Out<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Out::Copy(b) | Out::Ready(_, b) => b.len(),
+            Out::Owned(b, _) => b.len(),
         }
-        return zmq::Message::from(&v[..]);
     }
-    zmq::Message::from(&b[..])
+}
+
+/// Where [`send_frames`] sends: a socket, or a test's fake.
+trait FrameSink {
+    fn send_frame(&mut self, frame: zmq::Message, flags: i32) -> zmq::Result<()>;
+    fn send_bytes(&mut self, bytes: Bytes, flags: i32) -> zmq::Result<()>;
+}
+
+impl FrameSink for ContextSocket {
+    fn send_frame(&mut self, frame: zmq::Message, flags: i32) -> zmq::Result<()> {
+        self.send(frame, flags)
+    }
+
+    fn send_bytes(&mut self, bytes: Bytes, flags: i32) -> zmq::Result<()> {
+        self.send_shared(bytes, flags)
+    }
+}
+
+/// Sends `frames` as one multipart message (`flags` on each, `SNDMORE` added
+/// on all but the last); the bytes sent.
+///
+/// A send that a signal interrupts (EINTR) is made again, as ps-lite's
+/// `SendMsg` does: the first frame until `give_up` (each attempt may wait up
+/// to the socket's send timeout), any later one until it goes (they never
+/// wait: ZeroMQ's high-water mark holds back whole messages only). Once the
+/// first frame is queued, the message is never abandoned midway: on another
+/// error every later frame is still handed to ZeroMQ (which, having failed a
+/// frame, drops the rest of that message; a message left unended would take
+/// the next message's frames as its own, or make ZeroMQ drop the next
+/// message). The error comes with how many frames had gone.
+fn send_frames(
+    sink: &mut impl FrameSink,
+    frames: Vec<Out<'_>>,
+    flags: i32,
+    give_up: Option<Instant>,
+) -> std::result::Result<usize, (zmq::Error, usize)> {
+    let n = frames.len();
+    let mut bytes = 0;
+    let mut failed: Option<(zmq::Error, usize)> = None;
+    for (i, mut frame) in frames.into_iter().enumerate() {
+        let flags = flags | if i + 1 < n { zmq::SNDMORE } else { 0 };
+        let len = frame.len();
+        let r = loop {
+            let r = match &mut frame {
+                Out::Copy(b) => sink.send_frame(zmq::Message::from(*b), flags),
+                Out::Ready(ready, b) => {
+                    let f = ready.take().unwrap_or_else(|| zmq::Message::from(*b));
+                    sink.send_frame(f, flags)
+                }
+                Out::Owned(b, true) => sink.send_frame(zmq::Message::from(&b[..]), flags),
+                Out::Owned(b, false) => sink.send_bytes(b.clone(), flags),
+            };
+            match r {
+                Err(zmq::Error::EINTR) if i > 0 || give_up.map_or(true, |t| Instant::now() < t) => {
+                }
+                r => break r,
+            }
+        };
+        match r {
+            Ok(()) => bytes += len,
+            // nothing is queued: the message was not sent
+            Err(e) if i == 0 => return Err((e, 0)),
+            Err(e) => {
+                failed.get_or_insert((e, i));
+            }
+        }
+    }
+    match failed {
+        Some(f) => Err(f),
+        None => Ok(bytes),
+    }
 }
 
 fn summary(m: &Message) -> String {
@@ -662,10 +759,11 @@ fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
 }
 
 fn read_monitor_event(sock: &zmq::Socket) -> Option<(u16, String)> {
-    let first = sock.recv_msg(zmq::DONTWAIT).ok()?;
+    let first = retry_eintr(|| sock.recv_msg(zmq::DONTWAIT)).ok()?;
     let mut endpoint = String::new();
     while sock.get_rcvmore().unwrap_or(false) {
-        match sock.recv_msg(zmq::DONTWAIT) {
+        // the frames of a message arrive together: the rest is there
+        match retry_eintr(|| sock.recv_msg(zmq::DONTWAIT)) {
             Ok(m) => endpoint = String::from_utf8_lossy(&m).into_owned(),
             Err(_) => break,
         }
@@ -693,12 +791,15 @@ enum Received {
 
 fn receive_one(van: &Van, router: &zmq::Socket) -> Received {
     let mut frames: Vec<zmq::Message> = Vec::new();
-    match router.recv_msg(zmq::DONTWAIT) {
+    match retry_eintr(|| router.recv_msg(zmq::DONTWAIT)) {
         Ok(m) => frames.push(m),
         Err(_) => return Received::Nothing,
     }
     while router.get_rcvmore().unwrap_or(false) {
-        match router.recv_msg(0) {
+        // The frames of a message arrive together: the rest is there. A
+        // signal must not cut the message short (ps-lite's RecvMsg retries
+        // too): the rest of it would be read as messages of their own.
+        match retry_eintr(|| router.recv_msg(zmq::DONTWAIT)) {
             Ok(m) => frames.push(m),
             Err(e) => {
                 van.drop_message(&format!("a message cut short: {e}"));
@@ -781,6 +882,108 @@ mod tests {
 
     fn pattern(n: usize, seed: usize) -> Vec<u8> {
         (0..n).map(|i| ((i + seed) % 251) as u8).collect()
+    }
+
+    /// A fake socket: fails the attempts listed in `fail` (by attempt
+    /// number) with their error, and records every frame it takes.
+    struct Sink {
+        attempts: usize,
+        fail: HashMap<usize, zmq::Error>,
+        taken: Vec<(Vec<u8>, i32)>,
+    }
+
+    impl Sink {
+        fn failing(fail: &[(usize, zmq::Error)]) -> Sink {
+            Sink {
+                attempts: 0,
+                fail: fail.iter().copied().collect(),
+                taken: Vec::new(),
+            }
+        }
+
+        fn attempt(&mut self, bytes: &[u8], flags: i32) -> zmq::Result<()> {
+            self.attempts += 1;
+            if let Some(e) = self.fail.get(&self.attempts) {
+                return Err(*e);
+            }
+            self.taken.push((bytes.to_vec(), flags));
+            Ok(())
+        }
+    }
+
+    impl FrameSink for Sink {
+        fn send_frame(&mut self, frame: zmq::Message, flags: i32) -> zmq::Result<()> {
+            self.attempt(&frame, flags)
+        }
+
+        fn send_bytes(&mut self, bytes: Bytes, flags: i32) -> zmq::Result<()> {
+            self.attempt(&bytes, flags)
+        }
+    }
+
+    fn frames<'a>(meta: &'a [u8], copied: &'a [u8]) -> Vec<Out<'a>> {
+        vec![
+            Out::Copy(meta),
+            Out::Owned(Bytes::from(vec![1u8; 8]), false),
+            Out::Ready(Some(zmq::Message::from(copied)), copied),
+            Out::Owned(Bytes::from(vec![3u8; 4]), true),
+        ]
+    }
+
+    fn expected(meta: &[u8], copied: &[u8]) -> Vec<(Vec<u8>, i32)> {
+        vec![
+            (meta.to_vec(), zmq::SNDMORE),
+            (vec![1u8; 8], zmq::SNDMORE),
+            (copied.to_vec(), zmq::SNDMORE),
+            (vec![3u8; 4], 0),
+        ]
+    }
+
+    /// Every frame a signal interrupts (EINTR) is sent again, the same
+    /// bytes with the same flags, and the message goes whole.
+    #[test]
+    fn interrupted_frames_are_sent_again() {
+        let (meta, copied) = (vec![9u8; 20], vec![5u8; 100]);
+        for at in 1..=4 {
+            let eintr = zmq::Error::EINTR;
+            let mut sink = Sink::failing(&[(at, eintr), (at + 1, eintr)]);
+            let sent = send_frames(&mut sink, frames(&meta, &copied), 0, None);
+            assert_eq!(sent, Ok(20 + 8 + 100 + 4), "EINTR at attempt {at}");
+            assert_eq!(
+                sink.taken,
+                expected(&meta, &copied),
+                "EINTR at attempt {at}"
+            );
+        }
+        // The first frame is tried again until the deadline only (each
+        // attempt may wait for the send timeout).
+        let mut sink = Sink::failing(&[(1, zmq::Error::EINTR)]);
+        let past = Some(Instant::now());
+        let sent = send_frames(&mut sink, frames(&meta, &copied), 0, past);
+        assert_eq!(sent, Err((zmq::Error::EINTR, 0)));
+        assert!(sink.taken.is_empty());
+    }
+
+    /// A frame after the first that fails (not EINTR) does not leave the
+    /// message unended: the later frames still go to the socket (ZeroMQ
+    /// then drops the message whole), and the error says how many had gone.
+    #[test]
+    fn a_message_is_never_left_half_sent() {
+        let (meta, copied) = (vec![9u8; 20], vec![5u8; 100]);
+        let mut sink = Sink::failing(&[(2, zmq::Error::ETERM)]);
+        let sent = send_frames(&mut sink, frames(&meta, &copied), zmq::DONTWAIT, None);
+        assert_eq!(sent, Err((zmq::Error::ETERM, 1)));
+        let mut want = expected(&meta, &copied);
+        want.remove(1);
+        for w in &mut want {
+            w.1 |= zmq::DONTWAIT;
+        }
+        assert_eq!(sink.taken, want);
+        // A first frame that fails sends nothing more.
+        let mut sink = Sink::failing(&[(1, zmq::Error::EAGAIN)]);
+        let sent = send_frames(&mut sink, frames(&meta, &copied), zmq::DONTWAIT, None);
+        assert_eq!(sent, Err((zmq::Error::EAGAIN, 0)));
+        assert!(sink.taken.is_empty());
     }
 
     /// Running out of sockets is an error that says which limits apply.
