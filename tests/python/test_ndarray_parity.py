@@ -670,3 +670,22 @@ def test_bfloat16_arithmetic(both, name):
 
 def _bits_or_same(res):
     return res.asnumpy().view(np.uint16) if res.dtype == BF16 else res
+
+
+# --- NDArray.sum: MXNet reduces in element order with Kahan compensation, each step in the
+# element type (float16 sums can overflow to +inf where a pairwise sum gives -inf)
+@pytest.mark.parametrize('dtype', ['float32', 'float16', 'float64', 'int32', 'int8', 'uint8',
+                                   'bf16'])
+@pytest.mark.parametrize('size', [3, 10, 1000, 20000])
+def test_sum_order(both, dtype, size):
+    rng = np.random.RandomState(size)
+    if dtype in ('float32', 'float16', 'float64', 'bf16'):
+        values = (rng.randn(size) * 1000).astype('float32' if dtype == 'bf16' else dtype)
+    else:
+        values = rng.randint(-100 if dtype != 'uint8' else 0, 100, size).astype(dtype)
+
+    def scenario(mx):
+        if dtype == 'bf16':
+            return mx.nd.array(values).astype(BF16).sum().asnumpy().view(np.uint16)
+        return mx.nd.array(values, dtype=dtype).sum()
+    run_both(both, scenario, '%s[%d].sum()' % (dtype, size))

@@ -893,11 +893,17 @@ class NDArray(object):
         return self is not other
 
     def sum(self):
-        """Sum of all elements as a 1-element array (numpy pairwise summation)."""
+        """Sum of all elements as a 1-element array, as MXNet's sum reduces: in element
+        order, with Kahan compensation, every step in the element type (an integer sum
+        wraps)."""
+        values = self._values().reshape(-1)
         if self.dtype is bfloat16:
-            total = _bf16_encode(self._values().sum(dtype=np.float32))
+            total = _bf16_encode(_kahan_sum(values, _bf16_round))
+        elif self._np_dtype.kind in 'f':
+            total = _kahan_sum(values, self._np_dtype.type)
         else:
-            total = self._values().sum(dtype=self._np_dtype)
+            with np.errstate(all='ignore'):
+                total = values.sum(dtype=self._np_dtype)
         return array(np.reshape(total, (1,)), ctx=self.context, dtype=self.dtype)
 
     @property
@@ -1068,6 +1074,24 @@ def _mx_mod(a, b, out=None, casting='unsafe'):
         res = res.astype(np.float32)
     np.copyto(out, res, casting=casting)
     return out
+
+
+def _bf16_round(value):
+    """a float32 value as bf16_t keeps it (the high half), as float32"""
+    return _bf16_decode(_bf16_encode(np.float32(value)))[()]
+
+
+def _kahan_sum(values, rnd):
+    """mshadow's red::sum over `values` in order: y = x - r; t = s + y; r = (t - s) - y
+    (0 once t is infinite); s = t, each result rounded by `rnd` to the element type"""
+    total, resid = rnd(0.0), rnd(0.0)
+    with np.errstate(all='ignore'):
+        for x in values.tolist():
+            y = rnd(rnd(x) - resid)
+            t = rnd(total + y)
+            resid = rnd(0.0) if math.isinf(t) else rnd(rnd(t - total) - y)
+            total = t
+    return total
 
 
 def _bf16_negative(x, out=None):
