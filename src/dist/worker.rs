@@ -12,10 +12,14 @@
 //!
 //! Ordering (what MXNet's engine guarantees): a push returns once its
 //! messages are sent; a later pull, pushpull, row_sparse pull or push of the
-//! same key first waits for that push to be answered (a second push of a key
-//! is not sent before the first completed, so a sync server never counts
-//! two pushes of one worker in one round). An error of a push is reported by
-//! the next call on that key or by [`KvWorker::wait_all`].
+//! same key first waits for that push to be answered. Pushes of one key
+//! (push, pushpull and init alike) go out one at a time, whichever threads
+//! make them: a push of a key waits until the key's previous push was
+//! answered and no other thread is sending one (a *reservation*, taken with
+//! that wait under one lock and given up once its request is registered),
+//! so a sync server never counts two pushes of one worker in one round.
+//! An error of a push is reported by the next call on that key or by
+//! [`KvWorker::wait_all`].
 //!
 //! Every wait has a deadline ([`WorkerConfig::timeout`]); on expiry the call
 //! fails with a timeout error naming the servers that did not answer, the
@@ -34,7 +38,7 @@ use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
 use crate::{bail, ensure};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,8 +73,13 @@ struct Req {
 struct State {
     next_ts: i32,
     reqs: HashMap<i32, Req>,
-    /// The timestamp of each key's latest push.
+    /// The timestamp of each key's latest push (push, pushpull or init).
     last_push: HashMap<i32, i32>,
+    /// Keys a thread is about to push (see the module documentation).
+    reserved: HashSet<i32>,
+    /// Threads waiting for a key's push or reservation (tests watch it).
+    #[cfg(test)]
+    key_waiters: usize,
     /// Errors of pushes nobody waited for, by key.
     push_errors: HashMap<i32, Error>,
     /// Set once a server is lost: every later request fails at once.
@@ -138,6 +147,23 @@ struct Outgoing {
 enum Dest<'a> {
     Dense(&'a NDArray),
     RowSparse(&'a NDArray, &'a [i64]),
+}
+
+/// A key reserved for a push by one thread ([`KvWorker::reserve`]).
+struct Reservation<'a> {
+    w: &'a KvWorker,
+    key: i32,
+    /// False once the push's request took over ([`KvWorker::issue`]).
+    held: bool,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.w.st.lock().reserved.remove(&self.key);
+            self.w.notify();
+        }
+    }
 }
 
 impl KvWorker {
@@ -271,10 +297,13 @@ impl KvWorker {
     /// Registers a request under a new timestamp, stamps `msgs` with it and
     /// sends them (the lock is not held while sending: an in-process
     /// transport may answer at once).
+    /// `push`: the reservation of the key a push, pushpull or init sends (its
+    /// request becomes the key's latest push).
     fn issue(
         &self,
         what: String,
         detached: Option<i32>,
+        push: Option<&mut Reservation<'_>>,
         mut msgs: Vec<Outgoing>,
         src: Option<Vals<'_>>,
     ) -> Result<i32> {
@@ -296,8 +325,10 @@ impl KvWorker {
                     done: false,
                 },
             );
-            if let Some(key) = detached {
-                st.last_push.insert(key, ts);
+            if let Some(r) = push {
+                st.last_push.insert(r.key, ts);
+                st.reserved.remove(&r.key);
+                r.held = false;
             }
             ts
         };
@@ -425,29 +456,81 @@ impl KvWorker {
     }
 
     fn wait_push_until(&self, key: i32, deadline: Instant) -> Result<()> {
+        self.wait_key(key, deadline, false)
+    }
+
+    /// [`Self::wait_push`], then reserves `key` for a push by this thread:
+    /// waits until no other thread holds its reservation either, so that
+    /// pushes of one key go out one at a time (see the module
+    /// documentation). The reservation ends when the push's request is
+    /// registered ([`Self::issue`]) or when it is dropped.
+    fn reserve(&self, key: i32) -> Result<Reservation<'_>> {
+        self.wait_key(key, Instant::now() + self.cfg.timeout, true)?;
+        Ok(Reservation {
+            w: self,
+            key,
+            held: true,
+        })
+    }
+
+    /// Waits until the latest push of `key` completed (and, with `reserve`,
+    /// until no thread holds the key's reservation, then takes it); returns
+    /// (and clears) that push's error, without reserving.
+    fn wait_key(&self, key: i32, deadline: Instant, reserve: bool) -> Result<()> {
         let mut st = self.st.lock();
         let mut fresh = true;
-        if let Some(&ts) = st.last_push.get(&key) {
-            while st.reqs.contains_key(&ts) {
-                if self.sleep(&mut st, deadline, &mut fresh) {
-                    if let Some(r) = st.reqs.remove(&ts) {
-                        return Err(self.timeout_error(&r, ts));
-                    }
-                }
+        let mut late = false;
+        loop {
+            let pending = st
+                .last_push
+                .get(&key)
+                .filter(|ts| st.reqs.get(ts).is_some_and(|r| !r.done))
+                .copied();
+            if pending.is_none() && !(reserve && st.reserved.contains(&key)) {
+                break;
             }
-            st.last_push.remove(&key);
+            if late {
+                return Err(match pending {
+                    Some(ts) => {
+                        let err = self.timeout_error(&st.reqs[&ts], ts);
+                        // a push nobody else waits for is given up here (a
+                        // pushpull's or an init's caller gives up its own)
+                        if st.reqs[&ts].detached.is_some() {
+                            st.reqs.remove(&ts);
+                        }
+                        err
+                    }
+                    None => Error::timeout(format!(
+                        "worker {}: a push of key {key} by another thread was not sent within {:.0?}",
+                        self.cfg.rank, self.cfg.timeout
+                    )),
+                });
+            }
+            #[cfg(test)]
+            {
+                st.key_waiters += 1;
+            }
+            late = self.sleep(&mut st, deadline, &mut fresh);
+            #[cfg(test)]
+            {
+                st.key_waiters -= 1;
+            }
         }
-        match st.push_errors.remove(&key) {
+        st.last_push.remove(&key);
+        if let Some(e) = st.push_errors.remove(&key) {
             // reported by a later call: say whose error it is
-            Some(e) => Err(Error::with_kind(
+            return Err(Error::with_kind(
                 e.kind(),
                 format!(
                     "an earlier push of key {key} failed (reported by the next call on the key): {}",
                     e.message()
                 ),
-            )),
-            None => Ok(()),
+            ));
         }
+        if reserve {
+            st.reserved.insert(key);
+        }
+        Ok(())
     }
 
     /// Waits for every push sent so far; returns the first error of any.
@@ -549,7 +632,7 @@ impl KvWorker {
                 copy: None,
             })
             .collect();
-        let ts = self.issue(name, None, msgs, None)?;
+        let ts = self.issue(name, None, None, msgs, None)?;
         self.wait(ts).map(|_| ())
     }
 
@@ -657,7 +740,7 @@ impl KvWorker {
     /// the messages are sent; see the module documentation for ordering.
     pub fn push(&self, items: &[(i32, &NDArray)]) -> Result<()> {
         for &(key, value) in items {
-            self.wait_push(key)?;
+            let mut reserved = self.reserve(key)?;
             // held until sent (see `compression`)
             let compression = self.compression.read();
             let (pskv, cmd, vals) =
@@ -665,7 +748,13 @@ impl KvWorker {
             let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
             #[cfg(test)]
             tests::hook(self);
-            self.issue(format!("push of key {key}"), Some(key), msgs, src)?;
+            self.issue(
+                format!("push of key {key}"),
+                Some(key),
+                Some(&mut reserved),
+                msgs,
+                src,
+            )?;
         }
         Ok(())
     }
@@ -705,11 +794,17 @@ impl KvWorker {
         let mut sent = Vec::new();
         let mut first = None;
         for &(key, value) in items {
-            let issued = self.wait_push(key).and_then(|()| {
+            let issued = self.reserve(key).and_then(|mut reserved| {
                 let (pskv, cmd, vals) =
                     self.encode_push(&self.enc, key, value, Mode::Init, compression)?;
                 let (msgs, src) = self.kv_messages(cmd, true, false, &pskv, Some(vals))?;
-                self.issue(format!("init of key {key}"), None, msgs, src)
+                self.issue(
+                    format!("init of key {key}"),
+                    None,
+                    Some(&mut reserved),
+                    msgs,
+                    src,
+                )
             });
             match issued {
                 Ok(ts) => sent.push(ts),
@@ -769,7 +864,7 @@ impl KvWorker {
     pub fn push_pull(&self, items: &[(i32, &NDArray, &NDArray)]) -> Result<()> {
         let mut sent = Vec::new();
         for &(key, value, out) in items {
-            self.wait_push(key)?;
+            let mut reserved = self.reserve(key)?;
             // read once: checked and sent with the same setting
             let compression = self.compression();
             ensure!(
@@ -796,13 +891,13 @@ impl KvWorker {
             tests::hook(self);
             let (pskv, cmd, vals) =
                 self.encode_push(&self.enc, key, value, Mode::Push, compression)?;
-            let ts = self.send_built(
+            let (msgs, src) = self.kv_messages(cmd, true, true, &pskv, Some(vals))?;
+            let ts = self.issue(
                 format!("pushpull of key {key}"),
-                cmd,
-                true,
-                true,
-                &pskv,
-                Some(vals),
+                None,
+                Some(&mut reserved),
+                msgs,
+                src,
             )?;
             sent.push((ts, key, pskv, Dest::Dense(out)));
         }
@@ -854,7 +949,7 @@ impl KvWorker {
         vals: Option<Vals<'_>>,
     ) -> Result<i32> {
         let (msgs, src) = self.kv_messages(cmd, push, pull, pskv, vals)?;
-        self.issue(what, None, msgs, src)
+        self.issue(what, None, None, msgs, src)
     }
 
     /// Waits for pulls and writes their values (all are waited for; the
@@ -961,11 +1056,15 @@ mod tests {
     use super::super::kv_cluster_tests::{Cluster, Opts};
     use super::KvWorker;
     use crate::error::ErrorKind;
+    use crate::error::Result;
     use crate::ndarray::dtype::DType;
     use crate::ndarray::{Context, NDArray, Shape};
     use crate::store::compression::{CompressionKind, CompressionParams};
     use crate::test_util::f32s;
     use std::cell::RefCell;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
 
     /// An init refused for one of its keys sends none of them: a key whose
     /// value holds no elements is refused before key 1 goes out (it used to
@@ -1142,6 +1241,82 @@ mod tests {
         let out = f32s(&[0.0; 4]);
         w.pull(&[(1, &out)]).unwrap();
         assert_eq!(out.to_f64_vec(), vec![1.0, -1.0, 0.0, 0.0]);
+        c.stop();
+    }
+
+    /// Pushes of one key from two threads of one worker go to two sync
+    /// rounds, whether push or pushpull: thread B's push starts while thread
+    /// A's is encoded and not yet sent (the test hook) and must wait for A's
+    /// round. Before, both passed the wait for the key's previous push
+    /// (there was none yet; a pushpull never registered as one) and went out
+    /// together: the server summed 1 + 2 of worker 0 as one round, and worker
+    /// 1's push waited for a round that never completed.
+    #[test]
+    fn pushes_of_one_key_from_two_threads_go_to_two_rounds() {
+        let c = Cluster::start(Opts {
+            workers: 2,
+            servers: 1,
+            timeout: Duration::from_secs(5),
+            round_timeout: Duration::from_secs(5),
+            ..Opts::default()
+        });
+        let (w0, w1) = (c.workers[0].clone(), c.workers[1].clone());
+        let push = |w: &KvWorker, key: i32, v: f32, pushpull: bool| -> Result<f64> {
+            let out = f32s(&[0.0; 4]);
+            if pushpull {
+                w.push_pull(&[(key, &f32s(&[v; 4]), &out)])?;
+            } else {
+                w.push(&[(key, &f32s(&[v; 4]))])?;
+                w.pull(&[(key, &out)])?;
+            }
+            Ok(out.to_f64_vec()[0])
+        };
+        let cases = [(false, false), (true, true), (false, true), (true, false)];
+        for (key, (a_pp, b_pp)) in (3..).zip(cases) {
+            w0.init(&[(key, &f32s(&[0.0; 4]))]).unwrap();
+            let (tx, rx) = mpsc::channel();
+            let b_w = w0.clone();
+            let a_w = w0.clone();
+            let a = std::thread::spawn(move || {
+                set_hook(move |w| {
+                    let b_done = Arc::new(AtomicBool::new(false));
+                    let done = b_done.clone();
+                    tx.send(std::thread::spawn(move || {
+                        let r = push(&b_w, key, 2.0, b_pp);
+                        done.store(true, Ordering::Release);
+                        r
+                    }))
+                    .unwrap();
+                    // until B waits for A's push (or, wrongly, got through)
+                    let t0 = Instant::now();
+                    while w.st.lock().key_waiters == 0
+                        && !b_done.load(Ordering::Acquire)
+                        && t0.elapsed() < Duration::from_secs(10)
+                    {
+                        std::thread::yield_now();
+                    }
+                });
+                let r = push(&a_w, key, 1.0, a_pp);
+                assert!(hook_ran());
+                r
+            });
+            let first = push(&w1, key, 100.0, a_pp);
+            let second = push(&w1, key, 200.0, b_pp);
+            let b = rx.recv().unwrap();
+            let (a, b) = (a.join().unwrap(), b.join().unwrap());
+            let case = format!("key {key}: A pushpull {a_pp}, B pushpull {b_pp}");
+            // one push of each worker per round: 1 + 100, then 2 + 200
+            assert_eq!(first.map_err(|e| e.to_string()), Ok(101.0), "{case}");
+            assert_eq!(second.map_err(|e| e.to_string()), Ok(202.0), "{case}");
+            let a = a.map_err(|e| e.to_string());
+            if a_pp {
+                assert_eq!(a, Ok(101.0), "{case}");
+            } else {
+                // A's pull follows its round: before or after the next one
+                assert!(a == Ok(101.0) || a == Ok(202.0), "{case}: {a:?}");
+            }
+            assert_eq!(b.map_err(|e| e.to_string()), Ok(202.0), "{case}");
+        }
         c.stop();
     }
 }
