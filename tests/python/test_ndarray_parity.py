@@ -689,3 +689,67 @@ def test_sum_order(both, dtype, size):
             return mx.nd.array(values).astype(BF16).sum().asnumpy().view(np.uint16)
         return mx.nd.array(values, dtype=dtype).sum()
     run_both(both, scenario, '%s[%d].sum()' % (dtype, size))
+
+
+# --- row_sparse: rsp[:] = v is MXNet's _set_value (a float parameter, every row stored, 0
+# too); rsp + 0, 0 + rsp, rsp - 0 (and += 0, -= 0) stay row_sparse; abs, sqrt, square,
+# sign and clip (bounds around 0) work on the stored rows; sum densifies
+def _rsp(mx, dtype='float32'):
+    return mx.nd.sparse.row_sparse_array(([[1.5, -2.0], [0.0, 0.0]], [1, 3]), shape=(4, 2),
+                                         dtype=dtype)
+
+
+def _rsp_outcome(res):
+    out = {'cls': type(res).__name__, 'stype': res.stype, 'dense': res.asnumpy()}
+    if res.stype == 'row_sparse':
+        out['indices'] = res.indices.asnumpy()
+        out['data'] = res.data.asnumpy()
+    return out
+
+
+RSP_CASES = {}
+for _v in [0, 0.0, -0.0, 2.5, 1e-39, 1e-320, float('nan'), True, np.float32(0.1), 3]:
+    for _dt in ('float32', 'int32'):
+        RSP_CASES['%s [:] = %r' % (_dt, _v)] = (lambda v, d: lambda mx: _assign(
+            _rsp(mx, d), S(None), v))(_v, _dt)
+RSP_CASES.update({
+    '+ 0': lambda mx: _rsp(mx) + 0, '+ -0.0': lambda mx: _rsp(mx) + -0.0,
+    '- 0': lambda mx: _rsp(mx) - 0, '0 +': lambda mx: 0 + _rsp(mx),
+    '0 -': lambda mx: 0 - _rsp(mx), '+ 1': lambda mx: _rsp(mx) + 1,
+    '+ 1e-320': lambda mx: _rsp(mx) + 1e-320,
+    '+= 0': lambda mx: _inplace(_rsp(mx), '__iadd__', 0),
+    '-= 0': lambda mx: _inplace(_rsp(mx), '__isub__', 0),
+    'abs': lambda mx: abs(_rsp(mx)), 'abs int': lambda mx: abs(_rsp(mx, 'int32')),
+    'nd.abs': lambda mx: mx.nd.abs(_rsp(mx)), 'sqrt': lambda mx: mx.nd.sqrt(_rsp(mx)),
+    'sqrt int': lambda mx: mx.nd.sqrt(_rsp(mx, 'int32')),
+    'square': lambda mx: mx.nd.square(_rsp(mx)), 'sign': lambda mx: mx.nd.sign(_rsp(mx)),
+    'clip -1 1': lambda mx: mx.nd.clip(_rsp(mx), -1, 1),
+    'clip 1 2': lambda mx: mx.nd.clip(_rsp(mx), 1, 2),
+    'clip 0 1': lambda mx: mx.nd.clip(_rsp(mx), 0, 1),
+    'abs of empty': lambda mx: abs(mx.nd.sparse.zeros('row_sparse', (3, 2))),
+    'sum': lambda mx: _rsp(mx).sum(),
+    'neg': lambda mx: -_rsp(mx),
+})
+
+
+@pytest.mark.parametrize('name', sorted(RSP_CASES))
+def test_row_sparse_operations(both, name):
+    import warnings
+
+    def scenario(mx):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            return _rsp_outcome(RSP_CASES[name](mx))
+    mxnet, mxkv = both
+    try:
+        expected = scenario(mxnet)
+    except Exception as exc:  # pylint: disable=broad-except
+        expected = type(exc).__name__
+    try:
+        got = scenario(mxkv)
+    except Exception as exc:  # pylint: disable=broad-except
+        got = 'MXNetError' if isinstance(exc, mxkv.base.MXNetError) else type(exc).__name__
+    if isinstance(expected, str):
+        assert got == 'MXNetError' if expected == 'MXNetError' else got == expected, name
+    else:
+        assert_same_bits(expected, got, name)

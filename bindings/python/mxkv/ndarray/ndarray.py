@@ -1276,6 +1276,8 @@ def moveaxis(tensor, source, destination):
 # --- elementwise functions used by optimizers (MXNet operator semantics) ---------------
 def _unary_fn(ufunc):
     def fn(data, out=None, **kwargs):  # pylint: disable=unused-argument
+        if out is None and data.stype == 'row_sparse':  # 0 stays 0: on the stored rows
+            return data._unary_rsp(ufunc)
         res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
         values = data._values()
         return res._write(lambda o: ufunc(values, out=o))
@@ -1296,6 +1298,9 @@ def clip(data, a_min, a_max, out=None):
         lo, hi = _bf16_decode(_bf16_encode(lo))[()], _bf16_decode(_bf16_encode(hi))[()]
     else:
         lo, hi = data._np_dtype.type(lo), data._np_dtype.type(hi)
+    if out is None and data.stype == 'row_sparse' and lo <= 0 <= hi:
+        return data._unary_rsp(lambda v, out: np.copyto(
+            out, np.where(v > hi, hi, np.where(v < lo, lo, v)), casting='unsafe'))
     res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
     x = data._values()
 

@@ -358,13 +358,16 @@ class RowSparseNDArray(BaseSparseNDArray):
             if value.handle is None or value.handle.value != self._h.value:
                 value.copyto(self)
         elif isinstance(value, numeric_types):
-            val = self._np_dtype.type(value)
-            if val == 0:
-                self._assign_parts(np.zeros((0,) + self.shape[1:], self._np_dtype),
-                                   np.zeros((0,), np.int64))
-            else:
-                self._assign_parts(np.full(self.shape, val, self._np_dtype),
-                                   np.arange(self.shape[0], dtype=np.int64))
+            # MXNet's _set_value(float(value)): a float parameter, cast to the dtype, in
+            # every row (a 0 too: all rows stored)
+            from .._numerics import dmlc_float
+            src = dmlc_float(float(value), 'src')
+            if src == 0:  # written with memset: -0.0 gives +0.0
+                src = np.float32(0.0)
+            with np.errstate(all='ignore'):
+                val = np.array(src, dtype=np.float32).astype(self._np_dtype)[()]
+            self._assign_parts(np.full(self.shape, val, self._np_dtype),
+                               np.arange(self.shape[0], dtype=np.int64))
         elif isinstance(value, (np.ndarray, np.generic)):
             warnings.warn('Assigning non-NDArray object to RowSparseNDArray is not efficient',
                           RuntimeWarning)
@@ -395,6 +398,37 @@ class RowSparseNDArray(BaseSparseNDArray):
             data = ufunc(lhs, rhs)
         return row_sparse_array((data, idx), shape=self.shape, ctx=self.context,
                                 dtype=self.dtype)
+
+    def _unary_rsp(self, fn):
+        """an elementwise function that keeps 0 at 0 (abs, sqrt, square, sign ...) on the
+        stored rows: a row_sparse result over the same rows, as MXNet's FComputeEx"""
+        data, idx = self._parts()
+        out = np.empty_like(data)
+        with np.errstate(all='ignore'):
+            fn(data, out=out)
+        return row_sparse_array((out, idx), shape=self.shape, ctx=self.context,
+                                dtype=self.dtype)
+
+    def __abs__(self):
+        return self._unary_rsp(np.absolute)
+
+    def sum(self):
+        """MXNet's sum of a row_sparse array: a storage fallback (the dense sum)"""
+        dense = self.tostype('default')
+        try:
+            return dense.sum()
+        finally:
+            dense.close()
+
+    def _zero_scalar(self, other, ufunc, reverse=False):
+        """rsp + 0, 0 + rsp, rsp - 0: MXNet's _plus_scalar / _minus_scalar keep the row_sparse
+        storage when the scalar is 0 (None otherwise)"""
+        if not isinstance(other, numeric_types) or (reverse and ufunc is np.subtract):
+            return None
+        from .._numerics import dmlc_double
+        if dmlc_double(float(other), 'scalar') != 0:
+            return None
+        return self._scalar_binary(other, ufunc, reverse)
 
     def _scalar_binary(self, other, ufunc, reverse=False):
         if not isinstance(other, numeric_types):
@@ -449,16 +483,21 @@ class RowSparseNDArray(BaseSparseNDArray):
         return _dense.array(res, ctx=ctx, dtype=self.dtype)
 
     def __add__(self, other):
-        res = self._rsp_binary(other, np.add)
+        res = self._zero_scalar(other, np.add)
+        if res is None:
+            res = self._rsp_binary(other, np.add)
         if res is None:
             res = self._elemwise_dense(other, 'add')
         return res if res is not None else self._dense_binary(other, np.add)
 
     def __radd__(self, other):
-        return self._dense_binary(other, np.add, reverse=True)
+        res = self._zero_scalar(other, np.add, reverse=True)
+        return res if res is not None else self._dense_binary(other, np.add, reverse=True)
 
     def __sub__(self, other):
-        res = self._rsp_binary(other, np.subtract)
+        res = self._zero_scalar(other, np.subtract)
+        if res is None:
+            res = self._rsp_binary(other, np.subtract)
         if res is None:
             res = self._elemwise_dense(other, 'sub')
         return res if res is not None else self._dense_binary(other, np.subtract)
