@@ -753,3 +753,20 @@ def test_row_sparse_operations(both, name):
         assert got == 'MXNetError' if expected == 'MXNetError' else got == expected, name
     else:
         assert_same_bits(expected, got, name)
+
+
+METHODS = {
+    'abs()': lambda mx: mx.nd.array([-4.0, 9.0, -0.0]).abs(),
+    'sqrt()': lambda mx: mx.nd.array([-4.0, 9.0, 2.0]).sqrt(),
+    'square()': lambda mx: mx.nd.array([-4, 9, 3], dtype='int32').square(),
+    'sign()': lambda mx: mx.nd.array([-4.0, 0.0, float('nan')]).sign(),
+    'clip()': lambda mx: mx.nd.array([-4.0, 9.0, 2.0]).clip(0, 5),
+    'clip() int': lambda mx: mx.nd.array([-4, 9, 2], dtype='int32').clip(-1.5, 5.5),
+    'row_sparse reshape': lambda mx: _rsp(mx).reshape((8,)),
+    'row_sparse abs()': lambda mx: _rsp(mx).abs(),
+}
+
+
+@pytest.mark.parametrize('name', sorted(METHODS))
+def test_ndarray_methods(both, name):
+    run_both(both, METHODS[name], name)

@@ -906,6 +906,27 @@ class NDArray(object):
                 total = values.sum(dtype=self._np_dtype)
         return array(np.reshape(total, (1,)), ctx=self.context, dtype=self.dtype)
 
+    # the operator methods MXNet's NDArray has for the functions this module offers
+    def abs(self, *args, **kwargs):
+        """mx.nd.abs(self)"""
+        return abs(self, *args, **kwargs)
+
+    def sqrt(self, *args, **kwargs):
+        """mx.nd.sqrt(self)"""
+        return sqrt(self, *args, **kwargs)
+
+    def square(self, *args, **kwargs):
+        """mx.nd.square(self)"""
+        return square(self, *args, **kwargs)
+
+    def sign(self, *args, **kwargs):
+        """mx.nd.sign(self)"""
+        return sign(self, *args, **kwargs)
+
+    def clip(self, *args, **kwargs):
+        """mx.nd.clip(self, a_min, a_max)"""
+        return clip(self, *args, **kwargs)
+
     @property
     def T(self):  # pylint: disable=invalid-name
         """transposed copy"""

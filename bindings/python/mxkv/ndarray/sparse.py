@@ -106,7 +106,10 @@ class BaseSparseNDArray(NDArray):
         raise NotImplementedError()
 
     def reshape(self, *shape, **kwargs):
-        raise NotImplementedError('reshape is not supported for %s' % self.__class__.__name__)
+        # MXNet raises NotSupportedForSparseNDArray, an MXNetError
+        raise MXNetError('Function reshape with arguments (%s) is not supported for '
+                         'SparseNDArray and only available in NDArray.'
+                         % ', '.join(str(type(s)) for s in shape))
 
     @property
     def size(self):
