@@ -770,3 +770,43 @@ METHODS = {
 @pytest.mark.parametrize('name', sorted(METHODS))
 def test_ndarray_methods(both, name):
     run_both(both, METHODS[name], name)
+
+
+# --- comparisons are elementwise (an array of the dtype: 1 where it holds, else 0); a
+# number is cast to the dtype first; None, strings, lists, numpy arrays raise TypeError
+_CMP_OPS = {'==': lambda x, y: x == y, '!=': lambda x, y: x != y, '<': lambda x, y: x < y,
+            '<=': lambda x, y: x <= y, '>': lambda x, y: x > y, '>=': lambda x, y: x >= y}
+COMPARISONS = {}
+for _dt in ['float32', 'int32', 'uint8', 'float16', 'float64', 'int64']:
+    _nan = float('nan') if _dt.startswith('float') else 7
+    for _op, _fn in _CMP_OPS.items():
+        COMPARISONS['%s a %s b' % (_dt, _op)] = (lambda d, f, n: lambda mx: f(
+            mx.nd.array([1, 2.5, n, -0.0, 3], dtype=d),
+            mx.nd.array([1, 2, n, 0.0, 4], dtype=d)))(_dt, _fn, _nan)
+        COMPARISONS['%s a %s 2.5' % (_dt, _op)] = (lambda d, f, n: lambda mx: f(
+            mx.nd.array([1, 2.5, n, -0.0, 3], dtype=d), 2.5))(_dt, _fn, _nan)
+        COMPARISONS['%s 2 %s a' % (_dt, _op)] = (lambda d, f, n: lambda mx: f(
+            2, mx.nd.array([1, 2.5, n, -0.0, 3], dtype=d)))(_dt, _fn, _nan)
+COMPARISONS.update({
+    '== None': lambda mx: mx.nd.ones((2,)) == None,  # noqa: E711 (MXNet raises TypeError)
+    '!= None': lambda mx: mx.nd.ones((2,)) != None,  # noqa: E711
+    '== str': lambda mx: mx.nd.ones((2,)) == 'x',
+    '== list': lambda mx: mx.nd.ones((2,)) == [1, 1],
+    '== numpy': lambda mx: mx.nd.ones((2,)) == np.ones(2),
+    'in': lambda mx: 1 in mx.nd.array([1, 2]),
+    'not in': lambda mx: 3 in mx.nd.array([1, 2]),
+    'bool(a == a)': lambda mx: bool(mx.nd.array([1.0]) == mx.nd.array([1.0])),
+    'broadcast ==': lambda mx: mx.nd.ones((2, 3)) == mx.nd.ones((3,)),
+    'dtypes differ': lambda mx: mx.nd.ones((2,)) == mx.nd.ones((2,), dtype='int32'),
+    'list.index': lambda mx: [mx.nd.ones((1,)), mx.nd.zeros((1,))].index(mx.nd.zeros((1,))),
+    'row_sparse == 0': lambda mx: _rsp(mx) == 0,
+    'bfloat16 == 1': lambda mx: _bits(mx.nd.array([1.0, 2.0]).astype(BF16) == 1),
+})
+
+
+@pytest.mark.parametrize('name', sorted(COMPARISONS))
+def test_comparisons(both, name):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        run_both(both, COMPARISONS[name], name)

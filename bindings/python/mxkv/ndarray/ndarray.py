@@ -886,11 +886,26 @@ class NDArray(object):
         values = self._values()
         return res._write(lambda o: ufunc(values, out=o))
 
-    def __eq__(self, other):  # identity semantics; MXNet returns an elementwise array
-        return self is other
+    # comparisons are elementwise, as in MXNet: an array of the operands' dtype holding
+    # 1 where the comparison holds, else 0 (a number is first cast to the dtype; None,
+    # strings, lists and numpy arrays raise TypeError)
+    def __eq__(self, other):
+        return self._binary(other, _EQUAL)
 
     def __ne__(self, other):
-        return self is not other
+        return self._binary(other, _NOT_EQUAL)
+
+    def __lt__(self, other):
+        return self._binary(other, _LESS)
+
+    def __le__(self, other):
+        return self._binary(other, _LESS_EQUAL)
+
+    def __gt__(self, other):
+        return self._binary(other, _GREATER)
+
+    def __ge__(self, other):
+        return self._binary(other, _GREATER_EQUAL)
 
     def sum(self):
         """Sum of all elements as a 1-element array, as MXNet's sum reduces: in element
@@ -1095,6 +1110,18 @@ def _mx_mod(a, b, out=None, casting='unsafe'):
         res = res.astype(np.float32)
     np.copyto(out, res, casting=casting)
     return out
+
+
+def _comparison(np_fn):
+    def compare(a, b, out=None, casting='unsafe'):
+        np.copyto(out, np_fn(a, b), casting=casting)
+        return out
+    return compare
+
+
+_EQUAL, _NOT_EQUAL = _comparison(np.equal), _comparison(np.not_equal)
+_LESS, _LESS_EQUAL = _comparison(np.less), _comparison(np.less_equal)
+_GREATER, _GREATER_EQUAL = _comparison(np.greater), _comparison(np.greater_equal)
 
 
 def _bf16_round(value):
