@@ -810,3 +810,22 @@ def test_comparisons(both, name):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         run_both(both, COMPARISONS[name], name)
+
+
+# --- creation: nd.zeros / nd.ones refuse a bad shape with MXNetError (their shape is an
+# operator parameter), nd.empty / nd.full a negative dim with OverflowError (ctypes)
+CREATION = {}
+for _fn in ('zeros', 'ones', 'empty'):
+    for _shape in [(2.0,), 'abc', (True, 2), (np.int64(2), 3), 3, 3.0, (-1, 2), [2, 3]]:
+        if _fn == 'empty' and _shape == (True, 2):
+            continue  # MXNet takes True as 1 there; mxkv refuses bool dims everywhere
+        CREATION['%s %r' % (_fn, _shape)] = (lambda f, shp: lambda mx: (  # empty: no values
+            getattr(mx.nd, f)(shp).shape if f == 'empty' else getattr(mx.nd, f)(shp)))(
+                _fn, _shape)
+CREATION['full (-1, 2)'] = lambda mx: mx.nd.full((-1, 2), 1)
+CREATION['full (2.0,)'] = lambda mx: mx.nd.full((2.0,), 1)
+
+
+@pytest.mark.parametrize('name', sorted(CREATION))
+def test_creation_shapes(both, name):
+    run_both(both, CREATION[name], name)

@@ -1209,7 +1209,29 @@ def empty(shape, ctx=None, dtype=None, stype=None):
         return sparse.zeros(stype, shape, ctx=ctx, dtype=dtype)
     ctx = current_context() if ctx is None else ctx
     dtype = mx_real_t if dtype is None else dtype
-    return NDArray(_new_alloc_handle(_shape_tuple(shape), ctx, False, dtype))
+    shape = _shape_tuple(shape)
+    if any(dim < 0 for dim in shape):  # MXNet's frontend: ctypes refuses it as mx_uint
+        raise OverflowError('negative dimension in shape %s' % (shape,))
+    return NDArray(_new_alloc_handle(shape, ctx, False, dtype))
+
+
+class ShapeParameterError(MXNetError, TypeError):
+    """A shape MXNet's _zeros / _ones operators refuse: MXNetError there; a TypeError too
+    (a float or bool dim is a type error for every other mxkv entry point)."""
+
+
+def _operator_shape(shape, operator_name):
+    """`shape` as MXNet's _zeros / _ones operators take it: a bad dim (a float, a bool, a
+    negative number, a string) is an MXNetError there ("Invalid Parameter format")"""
+    try:
+        shape = _shape_tuple(shape)
+    except (TypeError, ValueError) as exc:
+        raise ShapeParameterError("Invalid Parameter format for shape expect Shape(tuple) but "
+                                  "value='%s', in operator %s (%s)" % (shape, operator_name, exc))
+    if any(dim < 0 for dim in shape):
+        raise MXNetError('Invalid shape %s in operator %s: negative dimension'
+                         % (shape, operator_name))
+    return shape
 
 
 def full(shape, val, ctx=None, dtype=mx_real_t, out=None):
@@ -1221,6 +1243,8 @@ def full(shape, val, ctx=None, dtype=mx_real_t, out=None):
 
 def zeros(shape, ctx=None, dtype=None, stype=None, **kwargs):  # pylint: disable=unused-argument
     """An array of zeros."""
+    if stype in (None, 'default'):
+        shape = _operator_shape(shape, '_zeros')
     arr = empty(shape, ctx, dtype, stype)
     # libmxkv's MXNDArrayCreate gives zeros already; not taking a view of the
     # buffer (MXNDArrayGetData) also leaves it free to be sent and received
@@ -1232,7 +1256,7 @@ def zeros(shape, ctx=None, dtype=None, stype=None, **kwargs):  # pylint: disable
 
 def ones(shape, ctx=None, dtype=None, **kwargs):  # pylint: disable=unused-argument
     """An array of ones."""
-    arr = empty(shape, ctx, dtype)
+    arr = empty(_operator_shape(shape, '_ones'), ctx, dtype)
     arr._view(write=True)[...] = arr._scalar(1)
     return arr
 
