@@ -60,7 +60,7 @@ pub fn worker_rank_to_id(rank: usize) -> i32 {
 
 /// Rank of node id `id`: `max((id - 8) / 2, 0)`.
 pub fn id_to_rank(id: i32) -> usize {
-    ((id - 8) / 2).max(0) as usize
+    (id.saturating_sub(8) / 2).max(0) as usize
 }
 
 /// "server 1 (id 10)", "worker 0 (id 9)", "the scheduler (id 1)".

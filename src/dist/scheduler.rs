@@ -85,6 +85,19 @@ pub fn node_order(a: &Node, b: &Node) -> CmpOrdering {
         .then(a.port.cmp(&b.port))
 }
 
+/// Why a registering node's address cannot be connected to, if it cannot.
+fn bad_address(node: &Node) -> Option<&'static str> {
+    if node.hostname.is_empty() {
+        Some("no hostname")
+    } else if node.hostname.contains('\0') {
+        Some("the hostname holds a NUL byte")
+    } else if !(1..=65535).contains(&node.port) {
+        Some("the port is not 1..65535")
+    } else {
+        None
+    }
+}
+
 pub(crate) fn on_add_node(po: &Postoffice, msg: Message) {
     let Some(ctl) = msg.control else { return };
     let Some(node) = ctl.nodes.into_iter().next() else {
@@ -93,6 +106,16 @@ pub(crate) fn on_add_node(po: &Postoffice, msg: Message) {
     };
     if node.role == Role::Scheduler {
         eprintln!("[mxkv scheduler] dropped an ADD_NODE from another scheduler");
+        return;
+    }
+    // Every node connects to this address: one that cannot be an address
+    // would fail the whole cluster once the last node registered (a NUL
+    // byte made the receive thread panic in the `zmq` crate).
+    if let Some(why) = bad_address(&node) {
+        po.van.drop_message(&format!(
+            "the registration of a {} at {:?}:{}: {why}",
+            node.role, node.hostname, node.port
+        ));
         return;
     }
     let cfg = po.config();

@@ -102,6 +102,7 @@ pub struct VanOptions {
 /// Binds `tcp://<host>:<port>` (see [`VanOptions`]); the bound port.
 fn bind_tcp(router: &zmq::Socket, bind_host: &str, port: u16, exact: bool) -> Result<u16> {
     let want = format!("tcp://{bind_host}:{port}");
+    check_endpoint(&want).map_err(|e| Error::usage(format!("bind failed: {}", e.message())))?;
     let bound = if port == 0 {
         retry_eintr(|| router.bind(&format!("tcp://{bind_host}:*")))
     } else {
@@ -196,6 +197,17 @@ fn retry_eintr<T>(mut f: impl FnMut() -> zmq::Result<T>) -> zmq::Result<T> {
             r => return r,
         }
     }
+}
+
+/// An address libzmq can take: no NUL byte (the `zmq` crate makes a C
+/// string of it and panics on one). A peer's hostname comes off the wire.
+fn check_endpoint(endpoint: &str) -> Result<()> {
+    if endpoint.contains('\0') {
+        return Err(Error::protocol(format!(
+            "the address {endpoint:?} holds a NUL byte"
+        )));
+    }
+    Ok(())
 }
 
 fn zerr(what: &str, e: zmq::Error) -> Error {
@@ -308,6 +320,7 @@ impl Van {
         } else {
             format!("tcp://{host}:{port}")
         };
+        check_endpoint(&endpoint)?;
         let ctx = self.shared.context.lock().clone();
         let ctx = ctx.ok_or_else(|| Error::new("the van was stopped"))?;
         let sock = new_socket(&ctx, zmq::DEALER)?;
