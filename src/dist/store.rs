@@ -76,12 +76,36 @@ struct NodeSide {
 enum Side {
     Worker(Box<WorkerSide>),
     Node(Box<NodeSide>),
+    /// What a forked child's drop leaves in place of the parent's side,
+    /// which it leaks (see [`DistStore`]).
+    Leaked,
 }
 
 /// A `dist*` store on one node of a cluster.
+///
+/// It belongs to the process that created it. A forked child (`fork()`,
+/// Python's `os.fork` or multiprocessing's fork start method) has a copy of
+/// it whose node, sockets and threads are the parent's (the threads do not
+/// even exist in the child, and the sockets' ZeroMQ mailboxes are eventfds
+/// shared with the parent: closing them there made the parent abort in
+/// libzmq, `mailbox.cpp:99`). In any other process every operation fails
+/// naming the owner ([`DistStore::check_owner`]); `close` does nothing and
+/// succeeds, and dropping the store leaks everything it holds (worker,
+/// postoffice, van, ZeroMQ context) without touching ZeroMQ.
 pub struct DistStore {
     type_name: Vec<u8>,
     side: Side,
+    /// The creating process.
+    pid: u32,
+}
+
+/// This process's id (tests pretend to be a forked child).
+fn current_pid() -> u32 {
+    #[cfg(test)]
+    if let Some(pid) = tests::FAKE_PID.with(|p| p.get()) {
+        return pid;
+    }
+    std::process::id()
 }
 
 fn has(name: &[u8], s: &[u8]) -> bool {
@@ -112,6 +136,7 @@ impl DistStore {
             }
             _ => Ok(DistStore {
                 type_name,
+                pid: std::process::id(),
                 side: Side::Node(Box::new(NodeSide {
                     config,
                     slot: Mutex::new(None),
@@ -148,16 +173,37 @@ impl DistStore {
         Ok(DistStore {
             type_name,
             side: Side::Worker(Box::new(side)),
+            pid: std::process::id(),
         })
     }
 
+    /// Whether this process created the store (a forked child did not).
+    pub fn is_owner(&self) -> bool {
+        current_pid() == self.pid
+    }
+
+    /// Fails in any process but the one that created the store (see
+    /// [`DistStore`]).
+    pub fn check_owner(&self) -> Result<()> {
+        let me = current_pid();
+        if me == self.pid {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "this dist kvstore belongs to process {}; a forked child (process {me}) cannot use it: its node, sockets and threads are the parent's (create the store in the process that uses it)",
+            self.pid
+        )))
+    }
+
     fn worker(&self, what: &str) -> Result<&WorkerSide> {
+        self.check_owner()?;
         match &self.side {
             Side::Worker(w) => Ok(w),
             Side::Node(n) => Err(Error::usage(format!(
                 "{what} is a worker's operation; this node is a {}",
                 n.config.role
             ))),
+            Side::Leaked => bail!("internal: {what} on a dropped dist store"),
         }
     }
 }
@@ -648,6 +694,12 @@ impl NodeSide {
 
 impl Drop for DistStore {
     fn drop(&mut self) {
+        if !self.is_owner() {
+            // a forked child: the node is the parent's; nothing of it may be
+            // closed, stopped or freed here
+            std::mem::forget(std::mem::replace(&mut self.side, Side::Leaked));
+            return;
+        }
         if let Side::Worker(w) = &self.side {
             let _ = w.close();
         }
@@ -715,7 +767,7 @@ impl KvStore for DistStore {
     /// On a worker the updater is kept but not used (the servers update,
     /// as in MXNet); on a server it becomes the server's updater.
     fn set_updater(&self, updater: Option<Arc<dyn Updater>>) {
-        if let Side::Node(n) = &self.side {
+        if let (Side::Node(n), true) = (&self.side, self.is_owner()) {
             n.set_updater(updater);
         }
     }
@@ -729,6 +781,7 @@ impl KvStore for DistStore {
         match &self.side {
             Side::Worker(w) => w.po.my_rank() as i32,
             Side::Node(n) => n.po.lock().as_ref().map_or(0, |p| p.my_rank() as i32),
+            Side::Leaked => 0,
         }
     }
 
@@ -736,6 +789,7 @@ impl KvStore for DistStore {
         match &self.side {
             Side::Worker(w) => w.po.num_workers() as i32,
             Side::Node(n) => n.config.num_worker as i32,
+            Side::Leaked => 0,
         }
     }
 
@@ -758,29 +812,38 @@ impl KvStore for DistStore {
     }
 
     fn run_server(&self, controller: &mut dyn FnMut(i32, &[u8])) -> Result<()> {
+        self.check_owner()?;
         match &self.side {
             Side::Node(n) => n.run(controller),
             Side::Worker(_) => {
                 bail!("RunServer is for server and scheduler nodes, not workers")
             }
+            Side::Leaked => bail!("internal: RunServer on a dropped dist store"),
         }
     }
 
     fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> Result<i32> {
+        self.check_owner()?;
         let po = match &self.side {
             Side::Worker(w) => w.po.clone(),
             Side::Node(n) => match n.po.lock().clone() {
                 Some(p) => p,
                 None => return Ok(0),
             },
+            Side::Leaked => return Ok(0),
         };
         Ok(po.num_dead_nodes(node_id, timeout_sec) as i32)
     }
 
+    /// In a forked child: does nothing and succeeds (the node is the
+    /// parent's; dropping the store leaks it, see [`DistStore`]).
     fn close(&self) -> Result<()> {
+        if !self.is_owner() {
+            return Ok(());
+        }
         match &self.side {
             Side::Worker(w) => w.close(),
-            Side::Node(_) => Ok(()),
+            Side::Node(_) | Side::Leaked => Ok(()),
         }
     }
 }
@@ -962,6 +1025,109 @@ mod tests {
             .unwrap();
         assert_eq!(o.to_f64_vec(), vec![1.0; 4]);
         s.close().unwrap();
+        server.join().unwrap().unwrap();
+        sched.join().unwrap();
+    }
+
+    thread_local! {
+        /// The process id this thread's calls see (a forked child's).
+        pub(super) static FAKE_PID: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// A forked child's copy of a dist store (this thread pretends to be
+    /// one): every operation fails naming the owner, close succeeds and
+    /// drop leaks, and neither touches the node, which the parent keeps
+    /// using. Before, the child's operations went to the parent's sockets
+    /// and its close or drop did the barrier and stopped the node (the
+    /// parent aborted in libzmq, review probe p19_fork.py).
+    #[test]
+    fn a_forked_child_cannot_use_the_store_and_leaves_its_node_alone() {
+        let cfg = |role, port| Config::local(role, port, 1, 1, std::time::Duration::from_secs(10));
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+        let port = sched.port();
+        let server = std::thread::spawn(move || -> Result<()> {
+            DistStore::new(b"dist_sync".to_vec(), cfg(Role::Server, port))?
+                .run_server(&mut |_, _| {})
+        });
+        let po = Postoffice::start(cfg(Role::Worker, port)).unwrap();
+        let s = DistStore::worker_on(b"dist_sync".to_vec(), po.clone()).unwrap();
+        s.init(Keys::Int(&[3]), &[f32s(&[1.0; 4])]).unwrap();
+        let parent = std::process::id();
+        let in_child = |child: bool| FAKE_PID.with(|p| p.set(child.then_some(parent + 1)));
+        let out = f32s(&[0.0; 4]);
+
+        in_child(true);
+        let one = f32s(&[1.0; 4]);
+        let k = Keys::Int(&[3]);
+        let ids = NDArray::zeros(Shape(vec![1]), DType::I64, Context::CPU0).unwrap();
+        let params = vec![(b"type".to_vec(), b"2bit".to_vec())];
+        let refused: Vec<(&str, Result<()>)> = vec![
+            ("init", s.init(Keys::Int(&[4]), std::slice::from_ref(&one))),
+            ("push", s.push(k, std::slice::from_ref(&one), 0)),
+            ("pull", s.pull(k, std::slice::from_ref(&out), 0, true)),
+            (
+                "pushpull",
+                s.push_pull(
+                    k,
+                    std::slice::from_ref(&one),
+                    k,
+                    std::slice::from_ref(&out),
+                    0,
+                ),
+            ),
+            (
+                "broadcast",
+                s.broadcast(
+                    Keys::Int(&[4]),
+                    std::slice::from_ref(&one),
+                    k,
+                    std::slice::from_ref(&out),
+                    0,
+                ),
+            ),
+            (
+                "row_sparse_pull",
+                s.pull_row_sparse(k, std::slice::from_ref(&out), std::slice::from_ref(&ids), 0),
+            ),
+            ("barrier", s.barrier()),
+            ("set_barrier_before_exit", s.set_barrier_before_exit(false)),
+            ("command", s.send_command_to_servers(0, b"x")),
+            ("compression", s.set_gradient_compression(&params)),
+            ("run_server", s.run_server(&mut |_, _| {})),
+            ("num_dead_nodes", s.num_dead_nodes(8, 60).map(|_| ())),
+        ];
+        for (what, r) in refused {
+            let e = r.expect_err(what);
+            assert_eq!(e.kind(), crate::error::ErrorKind::Usage, "{what}: {e}");
+            assert!(
+                e.message().contains(&format!(
+                    "this dist kvstore belongs to process {parent}; a forked child (process {})",
+                    parent + 1
+                )),
+                "{what}: {e}"
+            );
+        }
+        s.close().unwrap();
+        assert!(!po.is_stopped(), "the child's close stopped the node");
+        in_child(false);
+
+        // the parent goes on: a sync round (one worker: the sum is stored)
+        s.push(Keys::Int(&[3]), &[f32s(&[2.0; 4])], 0).unwrap();
+        s.pull(Keys::Int(&[3]), std::slice::from_ref(&out), 0, true)
+            .unwrap();
+        assert_eq!(out.to_f64_vec(), vec![2.0; 4]);
+
+        // the child drops its copy: leaked, the node untouched
+        in_child(true);
+        drop(s);
+        in_child(false);
+        assert!(!po.is_stopped(), "the child's drop stopped the node");
+        let raw = kv_node::worker_on(&po, 1);
+        let o = f32s(&[0.0; 4]);
+        raw.pull(&[(3, &o)]).unwrap();
+        assert_eq!(o.to_f64_vec(), vec![2.0; 4]);
+        raw.command(Command::StopServer.head(), b"").unwrap();
+        po.finalize(true).unwrap();
         server.join().unwrap().unwrap();
         sched.join().unwrap();
     }
