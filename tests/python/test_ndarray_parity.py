@@ -829,3 +829,22 @@ CREATION['full (2.0,)'] = lambda mx: mx.nd.full((2.0,), 1)
 @pytest.mark.parametrize('name', sorted(CREATION))
 def test_creation_shapes(both, name):
     run_both(both, CREATION[name], name)
+
+
+@pytest.mark.parametrize('dtype', ['foo', 'complex64', 'float128', 'U3'])
+@pytest.mark.parametrize('make', ['zeros', 'empty', 'array'])
+def test_unknown_dtypes(both, make, dtype):
+    mxnet, mxkv = both
+
+    def kinds(mx):
+        try:
+            if make == 'array':
+                mx.nd.array([1, 2], dtype=dtype)
+            else:
+                getattr(mx.nd, make)((2,), dtype=dtype)
+        except Exception as exc:  # pylint: disable=broad-except
+            return {c.__name__ for c in type(exc).__mro__} & {'TypeError', 'KeyError',
+                                                              'MXNetError'}
+        return set()
+    expected = kinds(mxnet)
+    assert expected and expected <= kinds(mxkv), (make, dtype, expected)

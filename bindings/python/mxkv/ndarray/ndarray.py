@@ -92,13 +92,15 @@ def dtype_np_to_mx(dtype):
         return 12
     if isinstance(dtype, np.dtype) and dtype == bfloat16:
         return 12
-    try:
-        key = np.dtype(dtype).type
-    except TypeError:
-        raise MXKVUsageError('unsupported dtype %r' % (dtype,))
+    key = np.dtype(dtype).type  # TypeError for a name numpy does not know, as in MXNet
     if key not in _DTYPE_NP_TO_MX:
-        raise MXKVUsageError('unsupported dtype %r' % (dtype,))
+        raise UnsupportedDTypeError('unsupported dtype %r' % (dtype,))
     return _DTYPE_NP_TO_MX[key]
+
+
+class UnsupportedDTypeError(MXNetError, KeyError):
+    """A numpy dtype MXNet has no type code for (complex, float128, object ...): MXNet's
+    operators raise MXNetError, its nd.empty / nd.array KeyError (a dict lookup)."""
 
 
 def dtype_mx_to_np(code):
