@@ -188,7 +188,44 @@ def _shape_tuple(shape):
     return tuple(_dim(s) for s in shape)
 
 
-_EMPTY_REGION = object()  # NDArray._index_key: a write selecting nothing
+class _EmptyRegion(object):
+    """NDArray._index_key: a write selecting nothing (of `shape`)"""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def check(self, value):
+        """MXNet's _prepare_value_nd for an empty target: a number is written nowhere; an
+        array must pass NDArray.broadcast_to's check (ValueError), then the operator
+        fails on the empty shape (MXNetError) unless the value is empty too"""
+        if isinstance(value, numeric_types):
+            return
+        vshape = np.shape(value.asnumpy() if isinstance(value, NDArray) else value)
+        if int(np.prod(vshape)) == 0:
+            return
+        while len(vshape) > len(self.shape) and vshape[0] == 1:
+            vshape = vshape[1:]
+        if len(vshape) > len(self.shape) or any(
+                v not in (1, t) for v, t in zip((1,) * (len(self.shape) - len(vshape))
+                                                + tuple(vshape), self.shape)):
+            raise ValueError('operands could not be broadcast together with remapped shapes '
+                             '[original->remapped]: %s and requested shape %s'
+                             % (vshape, self.shape))
+        raise MXNetError('cannot broadcast a value of shape %s to the empty region %s'
+                         % (vshape, self.shape))
+
+
+def _expand_key(key, ndim):
+    """a key with its Ellipsis (or the missing trailing axes) made slices, None kept"""
+    parts = key if isinstance(key, tuple) else (key,)
+    given = [k for k in parts if k is not None and k is not Ellipsis]
+    fill = [slice(None)] * max(ndim - len(given), 0)
+    expanded = []
+    for k in parts:
+        expanded.extend(fill if k is Ellipsis else [k])
+    if not any(k is Ellipsis for k in parts):
+        expanded.extend(fill)
+    return expanded
 
 
 def _expand_basic_key(key, ndim):
@@ -604,13 +641,16 @@ class NDArray(object):
                 out.append(values.astype(np.int32))
             advanced = True
         key = tuple(out) if isinstance(key, tuple) or len(out) != 1 else out[0]
-        if advanced or self.size == 0:
+        if advanced:
+            self._check_advanced_key(key)
+            return key
+        if self.size == 0:
             return key
         region = self._view()[key]
         if region.size:
             return key
         if setting:
-            return self._empty_region_key(key)
+            return self._empty_region_key(key, region.shape)
         if isinstance(key, slice) and key.step in (None, 1) and \
                 (key.start is not None or key.stop is not None):
             begin, end, _ = key.indices(shape[0])
@@ -618,7 +658,8 @@ class NDArray(object):
                 raise MXNetError('Invalid slicing range [%d, %d) of an array of shape %s'
                                  % (begin, end, shape))
             return key
-        # MXNet slices the flat array [0, 0) and reshapes it to the per-axis lengths
+        # MXNet slices the flat array [0, 0) and reshapes it to the per-axis lengths, then
+        # to the result's shape (int axes dropped, a 1 for each None)
         int_axes = []
         sliced = []
         for axis, (k, dim) in enumerate(zip(_expand_basic_key(key, len(shape)), shape)):
@@ -627,10 +668,52 @@ class NDArray(object):
             else:
                 sliced.append(1)
                 int_axes.append(axis)
-        sliced = _infer_reshape((0,), sliced, False)
-        final = [d for i, d in enumerate(sliced) if i not in int_axes] or [1]
-        _infer_reshape(sliced, final, False)
+        for src, dst in [((0,), sliced), (None, None)]:
+            if src is None:  # the second reshape: to the result's shape
+                final = [d for i, d in enumerate(sliced) if i not in int_axes]
+                full_key = _expand_key(key, len(shape))
+                steps = np.cumsum([0] + [0 if isinstance(k, _INDEX_INTS) else 1
+                                         for k in full_key])
+                for ax in [int(steps[i]) for i, k in enumerate(full_key) if k is None]:
+                    final.insert(ax, 1)
+                src, dst = sliced, final or [1]
+            sliced = _infer_reshape(src, dst, False)
+            if int(np.prod(sliced, dtype=np.int64)) != 0:  # NDArray::Reshape: larger
+                raise MXNetError('reshape of the empty slice to %s: target larger than the '
+                                 'source' % (sliced,))
         return key
+
+    def _check_advanced_key(self, key):
+        """MXNet's advanced indexing (_get_index_nd): a slice selecting nothing leaves an
+        empty index array (MXNetError from gather_nd / scatter_nd), index arrays that do
+        not broadcast together raise ValueError"""
+        arrays = []
+        for k, dim in zip(_expand_basic_key(key, self.ndim), self.shape):
+            if isinstance(k, slice) and len(range(*k.indices(dim))) == 0:
+                raise MXNetError('advanced indexing with an empty slice %r (axis of length %d)'
+                                 % (k, dim))
+            if isinstance(k, (np.ndarray, int)):
+                arrays.append(np.shape(k))
+        try:
+            np.broadcast_shapes(*arrays)
+        except ValueError:
+            raise ValueError('shape mismatch: index arrays of shapes %s cannot be broadcast '
+                             'together' % (arrays,))
+
+    def _advanced_new_axes(self, key, result):
+        """`result` of numpy advanced indexing without the None entries of `key`, with the
+        new axes where MXNet's _new_axes_after_advanced_indexing puts them"""
+        full_key = _expand_key(key, self.ndim)
+        adv = [i for i, k in enumerate(full_key) if isinstance(k, (np.ndarray, int))]
+        adjacent = all(b - a == 1 for a, b in zip(adv, adv[1:]))
+        adv_ndim = len(np.broadcast_shapes(*[np.shape(full_key[i]) for i in adv]))
+        steps = [adv_ndim if not adjacent else 0] + [0 if i in adv else 1
+                                                     for i in range(len(full_key))]
+        cum = np.cumsum(steps)
+        shape = list(result.shape)
+        for ax in [int(cum[i]) for i, k in enumerate(full_key) if k is None]:
+            shape.insert(ax, 1)
+        return result.reshape(shape)
 
     def _setitem_0d(self, key, value):
         """a[()] = v / a[:] = v of a 0-d array, with MXNet's checks (a scalar or a
@@ -665,11 +748,12 @@ class NDArray(object):
                 return False
         return True
 
-    def _empty_region_key(self, key):
+    def _empty_region_key(self, key, region_shape):
         """A basic key selecting nothing, for writing: MXNet's _get_dim_size asserts that
         each slice runs in its step's direction (a[2:1] = v: AssertionError); an empty
         region then takes a scalar (nothing written) but no array (broadcasting a value
-        to an empty shape: MXNetError)."""
+        to an empty shape: ValueError from NDArray.broadcast_to's check, MXNetError from
+        the operator when the check passes)."""
         parts = [k for k in (key if isinstance(key, tuple) else (key,))
                  if k is not None and k is not Ellipsis]
         for k, dim in zip(parts, self.shape):
@@ -678,7 +762,7 @@ class NDArray(object):
                 if stop != start and (start > stop if step > 0 else stop > start):
                     raise AssertionError('slice %r of an axis of length %d runs against its '
                                          'step' % (k, dim))
-        return _EMPTY_REGION
+        return _EmptyRegion(region_shape)
 
     def __getitem__(self, key):
         if self.ndim == 0:  # MXNet: only a[()] and a[:] (the array itself)
@@ -691,7 +775,12 @@ class NDArray(object):
         if self._is_full(key):
             return self
         key = self._index_key(key, setting=False)
-        res = self._view()[key]
+        parts = key if isinstance(key, tuple) else (key,)
+        if any(k is None for k in parts) and any(isinstance(k, np.ndarray) for k in parts):
+            stripped = tuple(k for k in parts if k is not None)
+            res = self._advanced_new_axes(key, self._view()[stripped])
+        else:
+            res = self._view()[key]
         return array(np.asarray(res).reshape(res.shape if res.shape else (1,)),
                      ctx=self.context, dtype=self.dtype)
 
@@ -703,13 +792,9 @@ class NDArray(object):
             return
         if not self._is_full(key):
             key = self._index_key(key, setting=True)
-        if key is _EMPTY_REGION:
-            if isinstance(value, numeric_types) or np.size(
-                    value.asnumpy() if isinstance(value, NDArray) else value) == 0:
-                return
-            raise MXNetError('cannot broadcast a value of shape %s to an empty region'
-                             % (np.shape(value.asnumpy() if isinstance(value, NDArray)
-                                         else value),))
+        if isinstance(key, _EmptyRegion):
+            key.check(value)
+            return
         full = self._is_full(key)
         if isinstance(value, NDArray):
             if full and value.handle is not None and value.handle.value == self._h.value:
