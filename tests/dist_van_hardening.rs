@@ -158,3 +158,67 @@ fn dist_a_peer_address_with_a_nul_byte_fails_the_start() {
     assert!(text.contains("worker 0 (id 9)"), "{text}");
     assert!(text.contains("NUL byte"), "{text}");
 }
+
+fn ipc_path(port: u16) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/tmp/{port}"))
+}
+
+/// With DMLC_LOCAL, every node removes the socket file its ROUTER made
+/// (`/tmp/<port>`) when it stops (libzmq leaves it, as real MXNet's nodes
+/// do: review probe p11/p12).
+#[test]
+fn dist_local_nodes_remove_their_socket_files() {
+    let (sched, sched_thread) = scheduler(true);
+    let nodes = start_nodes(sched.port(), true);
+    let mut ports: Vec<u16> = nodes.iter().map(|po| po.port()).collect();
+    ports.push(sched.port());
+    for &p in &ports {
+        assert!(
+            ipc_path(p).exists(),
+            "no socket file /tmp/{p} while running"
+        );
+    }
+    finish(nodes, sched_thread);
+    drop(sched);
+    for p in ports {
+        assert!(!ipc_path(p).exists(), "/tmp/{p} is left behind");
+    }
+}
+
+/// A node removes only the file its bind made: one put at the path since
+/// (another node's, after libzmq replaced ours) stays.
+#[test]
+fn dist_local_node_leaves_a_file_it_did_not_make() {
+    let po = Postoffice::bind(cfg(Role::Scheduler, 0, true)).unwrap();
+    let path = ipc_path(po.port());
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, b"someone else's").unwrap();
+    po.stop();
+    drop(po);
+    let left = std::fs::read(&path);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(left.unwrap(), b"someone else's");
+}
+
+/// A local node whose start fails (no scheduler answers) removes its socket
+/// file too.
+#[test]
+fn dist_local_node_that_fails_to_start_removes_its_socket_file() {
+    let free = |_| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (root, port) = (free(0), free(1));
+    let mut c = cfg(Role::Worker, root, true);
+    c.port = Some(port);
+    c.timeout = Duration::from_millis(500);
+    let e = match Postoffice::start(c) {
+        Ok(_) => panic!("a worker started without a scheduler"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    let path = ipc_path(port);
+    let left = path.exists();
+    let _ = std::fs::remove_file(&path);
+    assert!(!left, "/tmp/{port} is left behind");
+}

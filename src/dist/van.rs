@@ -95,7 +95,8 @@ pub struct VanOptions {
     pub water_mark: Option<i32>,
     /// `PS_VERBOSE`: 2 logs every message.
     pub verbose: u32,
-    /// `DMLC_LOCAL`: `ipc:///tmp/<port>` endpoints instead of TCP.
+    /// `DMLC_LOCAL`: `ipc:///tmp/<port>` endpoints instead of TCP (the
+    /// ROUTER's socket file is removed when the van stops).
     pub local: bool,
 }
 
@@ -127,7 +128,8 @@ fn bind_tcp(router: &zmq::Socket, bind_host: &str, port: u16, exact: bool) -> Re
 
 /// Binds `ipc:///tmp/<port>` as ps-lite does with `DMLC_LOCAL`; a port of 0
 /// (or, unless `exact`, one in use) is replaced by a free TCP port number.
-fn bind_ipc(router: &zmq::Socket, port: u16, exact: bool) -> Result<u16> {
+/// The socket file made is removed when the returned [`IpcFile`] goes.
+fn bind_ipc(router: &zmq::Socket, port: u16, exact: bool) -> Result<(u16, IpcFile)> {
     let free = || -> Result<u16> {
         let l = std::net::TcpListener::bind("0.0.0.0:0")
             .map_err(|e| Error::usage(format!("bind failed: no free port: {e}")))?;
@@ -137,15 +139,54 @@ fn bind_ipc(router: &zmq::Socket, port: u16, exact: bool) -> Result<u16> {
     };
     let mut port = if port == 0 { free()? } else { port };
     for attempt in 0..40 {
-        match retry_eintr(|| router.bind(&format!("ipc:///tmp/{port}"))) {
-            Ok(()) => return Ok(port),
-            Err(e) if exact || attempt == 39 => {
-                return Err(Error::usage(format!("bind failed: ipc:///tmp/{port}: {e}")))
+        let path = std::path::PathBuf::from(format!("/tmp/{port}"));
+        let before = file_id(&path);
+        match retry_eintr(|| router.bind(&format!("ipc://{}", path.display()))) {
+            Ok(()) => {
+                let id = file_id(&path);
+                return Ok((port, IpcFile { path, id }));
             }
-            Err(_) => port = free()?,
+            Err(e) => {
+                // A socket file this attempt made (libzmq can fail after
+                // making it) goes; a file that was there stays.
+                let after = file_id(&path);
+                if after.is_some() && after != before {
+                    drop(IpcFile { path, id: after });
+                }
+                if exact || attempt == 39 {
+                    return Err(Error::usage(format!("bind failed: ipc:///tmp/{port}: {e}")));
+                }
+                port = free()?;
+            }
         }
     }
     unreachable!("the loop returns")
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// The socket file of a ROUTER bound to `ipc://` (`DMLC_LOCAL`); removed on
+/// drop (when the van stops, or goes without stopping) if the file there is
+/// still the one the bind made: libzmq removes neither its own file when the
+/// socket closes nor, before it binds, a file someone else left there (it
+/// replaces it), so the path may be another node's by now.
+struct IpcFile {
+    path: std::path::PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl Drop for IpcFile {
+    fn drop(&mut self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 pub type Handler = Box<dyn FnMut(&Van, Event) -> Flow + Send>;
@@ -166,6 +207,8 @@ struct Shared {
     generation: AtomicU64,
     stop: AtomicBool,
     dropped: AtomicU64,
+    /// `DMLC_LOCAL`: the ROUTER's socket file, removed on [`Van::stop`].
+    ipc_file: Mutex<Option<IpcFile>>,
     /// Set by the receive thread when it has returned.
     exited: Mutex<bool>,
     exited_cond: Condvar,
@@ -241,10 +284,11 @@ impl Van {
             .map_err(|e| zerr("cannot create a ZeroMQ context", e))?;
         let router = new_socket(&ctx, zmq::ROUTER)?;
         router.set_linger(0).map_err(|e| zerr("ZMQ_LINGER", e))?;
-        let port = if o.local {
-            bind_ipc(&router, port, exact)?
+        let (port, ipc_file) = if o.local {
+            let (port, file) = bind_ipc(&router, port, exact)?;
+            (port, Some(file))
         } else {
-            bind_tcp(&router, bind_host, port, exact)?
+            (bind_tcp(&router, bind_host, port, exact)?, None)
         };
         Ok(Van {
             shared: Arc::new(Shared {
@@ -255,6 +299,7 @@ impl Van {
                 generation: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
+                ipc_file: Mutex::new(ipc_file),
                 exited: Mutex::new(false),
                 exited_cond: Condvar::new(),
                 send_timeout,
@@ -528,6 +573,7 @@ impl Van {
         }
         self.shared.senders.lock().clear();
         self.router.lock().take();
+        self.shared.ipc_file.lock().take();
         self.shared.new_monitors.lock().clear();
         // the context ends (zmq_ctx_term) when its last socket is closed
         let context = self.shared.context.lock().take();
