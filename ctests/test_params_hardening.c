@@ -4,12 +4,22 @@
  *     sentences ("cannot get the data of a row_sparse array"), never "of of";
  *   - MXNDArrayGetData of an array with no elements gives NULL, and a
  *     negative device id of a cpu or cpu_shared context means device 0, as in
- *     MXNet (which still refuses gpu and cpu_pinned in its CPU build).
+ *     MXNet (which still refuses gpu and cpu_pinned in its CPU build);
+ *   - MXNDArrayLoad of 1 TiB sparse files (4 KiB on disk) whose header claims
+ *     huge counts, a huge name or ndim returns -1 naming the claim (it
+ *     aborted on a failed allocation; MXNet 1.9.1 returns -1 with bad_alloc).
+ *     These run in a child process whose address space is capped (not under
+ *     ASan or valgrind, which need theirs; there only the claims refused
+ *     whatever the memory run).
  * The whole test runs under alarm(120).
  */
 #include "check.h"
 
 #include <ctype.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static live_t g_start;
@@ -43,6 +53,93 @@ static void check_no_doubled_word(const char *msg) {
     CHECK(strcmp(MXGetLastError(), want) == 0);  \
     check_no_doubled_word(MXGetLastError());     \
   } while (0)
+
+#define MAX_TMP 8
+static char g_tmp[MAX_TMP][64];
+static int g_ntmp;
+
+static void remove_tmp(void) {
+  for (int i = 0; i < g_ntmp; i++) unlink(g_tmp[i]);
+}
+
+/* A new empty temporary file, removed at exit; returns its path. */
+static const char *new_tmp(void) {
+  CHECK(g_ntmp < MAX_TMP);
+  char *p = g_tmp[g_ntmp];
+  snprintf(p, sizeof g_tmp[0], "/tmp/mxkv_hard_XXXXXX");
+  int fd = mkstemp(p);
+  CHECK(fd >= 0);
+  close(fd);
+  g_ntmp++;
+  return p;
+}
+
+/* Bytes appended to a buffer, little-endian as the .params format. */
+typedef struct {
+  unsigned char b[256];
+  size_t n;
+} buf_t;
+static void put(buf_t *b, const void *v, size_t n) {
+  CHECK(b->n + n <= sizeof b->b);
+  memcpy(b->b + b->n, v, n);
+  b->n += n;
+}
+static void put_u64(buf_t *b, uint64_t v) { put(b, &v, 8); }
+static void put_i32(buf_t *b, int32_t v) { put(b, &v, 4); }
+static void put_u32(buf_t *b, uint32_t v) { put(b, &v, 4); }
+
+/* Writes `b` to `path`, then makes the file `len` bytes long (zeros, not
+   written: a sparse file). Returns 0 when the file system refuses. */
+static int write_sparse(const char *path, const buf_t *b, uint64_t len) {
+  int fd = open(path, O_WRONLY | O_TRUNC);
+  CHECK(fd >= 0);
+  CHECK(write(fd, b->b, b->n) == (ssize_t)b->n);
+  int ok = ftruncate(fd, (off_t)len) == 0;
+  close(fd);
+  return ok;
+}
+
+static int under_asan(void) {
+#if defined(__SANITIZE_ADDRESS__)
+  return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return 1;
+#else
+  return 0;
+#endif
+#else
+  return 0;
+#endif
+}
+
+static int under_valgrind(void) {
+  const char *p = getenv("LD_PRELOAD");
+  return p != NULL && strstr(p, "vgpreload") != NULL;
+}
+
+/* Address space in use (kB). */
+static long vm_size_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (sscanf(line, "VmSize: %ld kB", &kb) == 1) break;
+  }
+  fclose(f);
+  return kb;
+}
+
+/* A load that must fail with -1 and a message holding `want`. */
+static void load_fails(const char *path, const char *want) {
+  uint32_t n = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **names = NULL;
+  CHECK_ERR(MXNDArrayLoad(path, &n, &arr, &nn, &names), want);
+  CHECK(strncmp(MXGetLastError(), "MXNDArrayLoad: ", 15) == 0);
+  check_no_doubled_word(MXGetLastError());
+}
 
 static NDArrayHandle make_csr(void) {
   uint32_t shape[2] = {2, 3}, aux_ndims[2] = {1, 1}, aux_shape[2] = {3, 0};
@@ -162,13 +259,90 @@ static void test_negative_cpu_dev_id(void) {
   CHECK(h == NULL);
 }
 
+/* One sparse file of the review per claim; `capped`: the address space is
+   capped at 2 GiB more than in use, so that every claim beyond it fails
+   whatever the machine's memory. */
+static void sparse_claims(const char *path, int capped) {
+  const uint64_t tib = UINT64_C(1) << 40;
+  buf_t b = {{0}, 0};
+  /* 2^36 arrays: more than MXNDArrayLoad's uint32 count can return */
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, UINT64_C(1) << 36);
+  if (!write_sparse(path, &b, tib)) {
+    fprintf(stderr, "  (no 1 TiB sparse files here: skipped)\n");
+    return;
+  }
+  load_fails(path, "Invalid NDArray file format: the file claims 68719476736 arrays, more than "
+                   "MXNDArrayLoad can return (4294967295, its counts are uint32)");
+  /* no arrays, 2^36 names */
+  b.n = 0;
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, 0), put_u64(&b, UINT64_C(1) << 36);
+  CHECK(write_sparse(path, &b, tib));
+  load_fails(path, "the file claims 68719476736 names");
+  /* no arrays, one name of 2^39 bytes: names must be none or one per array */
+  b.n = 0;
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, 0), put_u64(&b, 1), put_u64(&b, UINT64_C(1) << 39);
+  CHECK(write_sparse(path, &b, tib));
+  load_fails(path, "Invalid NDArray file format: 1 names for 0 arrays");
+  if (!capped) return;
+  /* 2^32 - 1 arrays: their bookkeeping alone needs ~550 GB */
+  b.n = 0;
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, UINT32_MAX);
+  CHECK(write_sparse(path, &b, tib));
+  load_fails(path, "holding the 4294967295 arrays the file claims needs 549755813760 bytes of "
+                   "memory, more than this process can allocate");
+  /* one none array, then a name of 2^39 bytes */
+  b.n = 0;
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, 1);
+  put_u32(&b, 0xF993FAC9u), put_i32(&b, 0), put_i32(&b, 0);
+  put_u64(&b, 1), put_u64(&b, UINT64_C(1) << 39);
+  CHECK(write_sparse(path, &b, tib));
+  load_fails(path, "name 0 needs 549755813888 bytes of memory, more than this process can "
+                   "allocate");
+  /* ndim 2^31 - 1: 16 GiB of dims */
+  b.n = 0;
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, 1);
+  put_u32(&b, 0xF993FAC9u), put_i32(&b, 0), put_i32(&b, INT32_MAX);
+  CHECK(write_sparse(path, &b, tib));
+  load_fails(path, "a shape of ndim 2147483647 in array 0 needs 17179869176 bytes of memory, "
+                   "more than this process can allocate");
+}
+
+/* The claims above, in a child (its address space capped where that is
+   possible): it must exit 0, not die. */
+static void test_huge_claims(const char *path) {
+  int capped = !under_asan() && !under_valgrind() && vm_size_kb() > 0;
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    if (capped) {
+      struct rlimit r;
+      r.rlim_cur = r.rlim_max = (rlim_t)(vm_size_kb() + (2L << 20)) * 1024;
+      CHECK(setrlimit(RLIMIT_AS, &r) == 0);
+    }
+    sparse_claims(path, capped);
+    _exit(0);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "loading the sparse files: child %s %d\n",
+            WIFSIGNALED(status) ? "killed by signal" : "exited with",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    exit(1);
+  }
+}
+
 int main(void) {
   alarm(120); /* nothing here may take long: a hang is a failure */
+  atexit(remove_tmp);
   g_start = live_now();
+  const char *a = new_tmp();
   test_dense_only_texts();
   test_get_data_of_no_elements();
   test_negative_cpu_dev_id();
   CHECK_LIVE(g_start);
+  test_huge_claims(a);
   printf("test_params_hardening: all checks passed\n");
   return 0;
 }

@@ -14,7 +14,17 @@
 //! on a wrong magic). A source of unknown length (a pipe, a character
 //! device) has nothing to check a size against, so there every buffer grows
 //! with the bytes actually read, in chunks, never to a size the file claims.
+//!
+//! Memory: MXNet allocates every claimed size up front (the array list, a
+//! shape, a name, an array's data) and fails with `bad_alloc` where that
+//! allocation fails. Here a claimed size is first checked to be allocatable
+//! (see [`room`]: a mapping never touched and released at once), lists and
+//! buffers are reserved up to [`RESERVE_MAX`] items and grow with the items
+//! read, every growth is fallible (`try_reserve`), and the memory the load
+//! holds is checked again at each [`PROBE_STEP`] it grows by: a file that
+//! claims or holds more than the process can allocate fails with `-1`.
 
+use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
@@ -100,6 +110,44 @@ pub type Loaded = (Vec<NDArray>, Vec<Vec<u8>>);
 /// Step by which a buffer grows while reading a source of unknown length.
 const CHUNK: usize = 1 << 20;
 
+/// Most arrays, and most names, a file may hold: `MXNDArrayLoad` returns
+/// both counts as `uint32_t`.
+const MAX_ITEMS: u64 = u32::MAX as u64;
+
+/// Memory one loaded array costs besides its data (its header, shape and
+/// handle; a lower bound), and one name besides its bytes: claimed counts
+/// are checked against [`room`] for this much per item.
+const ARRAY_COST: u64 = 128;
+const NAME_COST: u64 = 32;
+
+/// Items reserved up front for a list or a shape, whatever count the file
+/// claims; beyond this the list grows as items are read.
+const RESERVE_MAX: usize = 1024;
+
+/// Claims smaller than this are not checked with [`room`], and the memory a
+/// load holds is checked again each time it grows by this much.
+const PROBE_STEP: u64 = 64 << 20;
+
+/// Where in the file a read is, for error texts: the item, and its part.
+#[derive(Clone, Copy)]
+enum Place {
+    Header,
+    Array(u64),
+    NameCount,
+    Name(u64),
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Header => f.write_str("the header"),
+            Place::Array(i) => write!(f, "array {i}"),
+            Place::NameCount => f.write_str("the name count"),
+            Place::Name(i) => write!(f, "name {i}"),
+        }
+    }
+}
+
 /// A `.params` stream: `len` is the source's total length when it has one
 /// (a regular file, a byte slice), `None` for pipes and devices.
 struct Reader<R> {
@@ -108,9 +156,64 @@ struct Reader<R> {
     len: Option<u64>,
     /// Names the source in read errors.
     name: String,
+    /// The item being read and its part (`""`: the item as a whole).
+    place: Place,
+    part: &'static str,
+    /// Bytes of memory the arrays and names read so far hold (estimated),
+    /// and that figure when [`room`] was last checked.
+    held: u64,
+    probed: u64,
+}
+
+/// Checks that `bytes` more could be allocated now, as a mapping of that
+/// size never touched and released at once: where MXNet's up-front
+/// allocation of a claimed size fails (`bad_alloc`), this fails, without
+/// the memory ever being used. Sizes under [`PROBE_STEP`] pass unchecked.
+fn room(bytes: u64, what: &dyn Fn() -> String) -> Result<()> {
+    if bytes < PROBE_STEP {
+        return Ok(());
+    }
+    let refuse = |e: &dyn fmt::Display| {
+        Error::new(format!(
+            "{} needs {bytes} bytes of memory, more than this process can allocate ({e})",
+            what()
+        ))
+    };
+    #[cfg(test)]
+    if bytes > tests::ROOM_LIMIT.with(|l| l.get()) {
+        return Err(refuse(&"test limit"));
+    }
+    let len = usize::try_from(bytes).map_err(|e| refuse(&e))?;
+    memmap2::MmapMut::map_anon(len)
+        .map(drop)
+        .map_err(|e| refuse(&e))
+}
+
+/// Makes room in `v` for one more item, failing (not aborting) when the
+/// memory is not there.
+fn grow<T>(v: &mut Vec<T>, what: &dyn Fn() -> String) -> Result<()> {
+    v.try_reserve(1).map_err(|e| {
+        Error::new(format!(
+            "out of memory reading {} (after {} items): {e}",
+            what(),
+            v.len()
+        ))
+    })
 }
 
 impl<R: Read> Reader<R> {
+    fn new(src: R, len: Option<u64>, name: &str) -> Reader<R> {
+        Reader {
+            src,
+            pos: 0,
+            len,
+            name: name.to_string(),
+            place: Place::Header,
+            part: "",
+            held: 0,
+            probed: 0,
+        }
+    }
     /// Fills `buf` from the source: the end of the source is a truncated
     /// file, any other failure names the source.
     fn fill(&mut self, buf: &mut [u8]) -> Result<()> {
@@ -120,12 +223,33 @@ impl<R: Read> Reader<R> {
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => bail!(
-                "Invalid NDArray file format: truncated at byte {} (wanted {} more bytes)",
+                "Invalid NDArray file format: truncated at byte {}, in {} (wanted {} more bytes)",
                 self.pos,
+                self.place_text(),
                 buf.len()
             ),
             Err(e) => bail!("cannot read {}: {e}", self.name),
         }
+    }
+    /// "the shape of array 2", "the header", ...
+    fn place_text(&self) -> String {
+        match self.part {
+            "" => self.place.to_string(),
+            part => format!("the {part} of {}", self.place),
+        }
+    }
+    /// Counts `bytes` more of memory held by what was read, checking [`room`]
+    /// for the next [`PROBE_STEP`] each time the total grows by that much.
+    fn hold(&mut self, bytes: u64) -> Result<()> {
+        self.held = self.held.saturating_add(bytes);
+        if self.held - self.probed >= PROBE_STEP {
+            let held = self.held;
+            room(PROBE_STEP, &|| {
+                format!("going on after {held} bytes of arrays and names")
+            })?;
+            self.probed = self.held;
+        }
+        Ok(())
     }
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut b = [0; N];
@@ -163,26 +287,37 @@ impl<R: Read> Reader<R> {
             self.fits(ndim as u64 * 8),
             "Invalid NDArray file format: ndim {ndim} does not fit in the file"
         );
-        // Known length: bounded by the check above; unknown: by the dims read.
-        let mut dims = Vec::with_capacity(if self.len.is_some() { ndim } else { 0 });
+        let place = self.place;
+        let what = || format!("a shape of ndim {ndim} in {place}");
+        room(ndim as u64 * 8, &what)?;
+        // Reserved up to RESERVE_MAX dims; beyond, grown with the dims read.
+        let mut dims = Vec::new();
+        dims.try_reserve_exact(ndim.min(RESERVE_MAX))
+            .map_err(|e| Error::new(format!("out of memory reading {}: {e}", what())))?;
         for _ in 0..ndim {
+            grow(&mut dims, &what)?;
             dims.push(self.i64()?);
         }
         Ok(Shape(dims))
     }
-    /// A count that must fit in the rest of the file (each item ≥ `min`
-    /// bytes), and the capacity to reserve for its items.
-    fn count(&mut self, min: u64) -> Result<(u64, usize)> {
+    /// A count of items of at least `min` bytes each in the file and
+    /// `cost` bytes each in memory: at most [`MAX_ITEMS`], fitting in the
+    /// rest of the file and in the memory the process can allocate.
+    fn count(&mut self, min: u64, cost: u64, items: &str) -> Result<u64> {
         let n = self.u64()?;
+        ensure!(
+            n <= MAX_ITEMS,
+            "Invalid NDArray file format: the file claims {n} {items}, more than \
+             MXNDArrayLoad can return ({MAX_ITEMS}, its counts are uint32)"
+        );
         ensure!(
             self.fits(n.saturating_mul(min)),
             "Invalid NDArray file format: count {n} does not fit in the file"
         );
-        let cap = match self.len {
-            Some(_) => n as usize, // ≤ the file's length / min
-            None => n.min(1024) as usize,
-        };
-        Ok((n, cap))
+        room(n * cost, &|| {
+            format!("holding the {n} {items} the file claims")
+        })?;
+        Ok(n)
     }
     /// Reads `n` bytes into `out` (emptied first). With a known length, `n`
     /// must fit in what is left, checked before allocating; otherwise `out`
@@ -199,6 +334,10 @@ impl<R: Read> Reader<R> {
             ),
         };
         if self.len.is_some() {
+            // n fits in the file: allocated up front, if the memory is there.
+            room(n as u64, what)?;
+            out.try_reserve_exact(n)
+                .map_err(|e| Error::new(format!("out of memory reading {}: {e}", what())))?;
             out.resize(n, 0);
             return self.fill(out);
         }
@@ -241,36 +380,58 @@ pub fn load_file(path: &Path) -> Result<Loaded> {
 /// Parses a `.params` stream of `len` bytes (`None`: unknown) from `src`;
 /// `name` names the source in read errors.
 pub fn load_from<R: Read>(src: R, len: Option<u64>, name: &str) -> Result<Loaded> {
-    let mut r = Reader {
-        src,
-        pos: 0,
-        len,
-        name: name.to_string(),
-    };
+    let mut r = Reader::new(src, len, name);
     let header = r.u64().map_err(|e| match e.message() {
         m if m.starts_with("cannot read") => e,
         _ => invalid(),
     })?;
     ensure!(header == LIST_MAGIC, "{}", invalid().message());
     r.u64()?; // reserved
-    let (n, cap) = r.count(12)?;
-    let mut arrays = Vec::with_capacity(cap);
-    for _ in 0..n {
-        arrays.push(read_array(&mut r)?);
+    let n = r.count(12, ARRAY_COST, "arrays")?;
+    let mut arrays = Vec::new();
+    let what = || format!("the {n} arrays of {name}");
+    arrays
+        .try_reserve_exact((n as usize).min(RESERVE_MAX))
+        .map_err(|e| Error::new(format!("out of memory reading {}: {e}", what())))?;
+    for i in 0..n {
+        r.place = Place::Array(i);
+        grow(&mut arrays, &what)?;
+        let a = read_array(&mut r)?;
+        r.hold(ARRAY_COST + data_bytes(&a))?;
+        arrays.push(a);
     }
-    let (nn, cap) = r.count(8)?;
-    let mut names = Vec::with_capacity(cap);
-    for i in 0..nn {
-        let len = r.u64()?;
-        names.push(r.take(len, &|| format!("name {i}"))?);
-    }
+    r.place = Place::NameCount;
+    r.part = "";
+    let nn = r.count(8, NAME_COST, "names")?;
+    // MXNet checks this after reading the names.
     ensure!(
-        names.is_empty() || names.len() == arrays.len(),
-        "Invalid NDArray file format: {} names for {} arrays",
-        names.len(),
-        arrays.len()
+        nn == 0 || nn == n,
+        "Invalid NDArray file format: {nn} names for {n} arrays"
     );
+    let mut names = Vec::new();
+    let what = || format!("the {nn} names of {name}");
+    names
+        .try_reserve_exact((nn as usize).min(RESERVE_MAX))
+        .map_err(|e| Error::new(format!("out of memory reading {}: {e}", what())))?;
+    for i in 0..nn {
+        r.place = Place::Name(i);
+        r.part = "length";
+        let len = r.u64()?;
+        r.part = "bytes";
+        grow(&mut names, &what)?;
+        names.push(r.take(len, &|| format!("name {i}"))?);
+        r.hold(NAME_COST + len)?;
+    }
     Ok((arrays, names))
+}
+
+/// The bytes of an array's data (and aux arrays).
+fn data_bytes(a: &NDArray) -> u64 {
+    let dense = |a: &NDArray| (a.size() * a.dtype().size()) as u64;
+    match a.parts() {
+        Ok(p) if a.is_sparse() => dense(&p.data) + p.aux.iter().map(dense).sum::<u64>(),
+        _ => dense(a),
+    }
 }
 
 fn invalid() -> Error {
@@ -278,6 +439,7 @@ fn invalid() -> Error {
 }
 
 fn read_array<R: Read>(r: &mut Reader<R>) -> Result<NDArray> {
+    r.part = "magic";
     let magic = r.u32()?;
     match magic {
         V2_MAGIC | V3_MAGIC => {}
@@ -286,6 +448,7 @@ fn read_array<R: Read>(r: &mut Reader<R>) -> Result<NDArray> {
         }
         m => bail!("Invalid NDArray file format: array magic {m:#x}"),
     }
+    r.part = "storage type";
     let stype = r.i32()?;
     match stype {
         0 => {}
@@ -296,20 +459,24 @@ fn read_array<R: Read>(r: &mut Reader<R>) -> Result<NDArray> {
         1 | 2 => return read_sparse(r, stype),
         s => bail!("Invalid NDArray file format: storage type {s}"),
     }
+    r.part = "shape";
     let shape = r.shape()?;
     if shape.ndim() == 0 && magic == V2_MAGIC {
         return Ok(NDArray::none());
     }
     // The saved context is read and dropped: arrays load onto cpu(0), as in MXNet.
+    r.part = "context";
     r.i32()?;
     r.i32()?;
     let ctx = Context::CPU0;
+    r.part = "dtype";
     let dtype = DType::from_code(r.i32()?)?;
     let nbytes = byte_len(&shape, dtype)?;
     ensure!(
         r.fits(nbytes),
         "Invalid NDArray file format: array of shape {shape} does not fit in the file"
     );
+    r.part = "data";
     if r.len.is_some() {
         let a = NDArray::zeros(shape, dtype, ctx)?;
         r.fill_array(&a)?;
@@ -357,16 +524,21 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     } else {
         StorageType::Csr
     };
+    r.part = "storage shape";
     let storage_shape = r.shape()?;
+    r.part = "shape";
     let shape = r.shape()?;
+    r.part = "context";
     r.i32()?;
     r.i32()?;
+    r.part = "dtype";
     let dtype = DType::from_code(r.i32()?)?;
     let naux = if stype == StorageType::RowSparse {
         1
     } else {
         2
     };
+    r.part = "aux types and shapes";
     let mut aux_types = Vec::with_capacity(naux);
     let mut aux_shapes = Vec::with_capacity(naux);
     for _ in 0..naux {
@@ -405,16 +577,20 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
             parts.data.shape() == &storage_shape,
             "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
         );
+        r.part = "data";
         r.fill_array(&parts.data)?;
+        r.part = "aux data";
         for aux in &parts.aux {
             r.fill_array(aux)?;
         }
         return Ok(a);
     }
     // Unknown length: read every part first, allocate the array after.
+    r.part = "data";
     let data = r.take(data_len, &|| {
         format!("data of storage shape {storage_shape}")
     })?;
+    r.part = "aux data";
     let aux_data = aux_shapes
         .iter()
         .zip(aux_lens)
@@ -446,6 +622,175 @@ mod tests {
     use super::*;
     use std::cell::Cell;
     use std::rc::Rc;
+
+    thread_local! {
+        /// Bytes [`room`] lets through on this thread (tests set it, so that
+        /// what a claim is refused by does not depend on the machine).
+        pub static ROOM_LIMIT: Cell<u64> = const { Cell::new(u64::MAX) };
+    }
+
+    /// A file of `len` bytes: `head`, then zeros (a sparse file), counting
+    /// the bytes read from it.
+    struct Holes {
+        head: Vec<u8>,
+        pos: u64,
+        len: u64,
+    }
+
+    impl Read for Holes {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = (buf.len() as u64).min(self.len - self.pos) as usize;
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                let at = self.pos as usize + i;
+                *b = self.head.get(at).copied().unwrap_or(0);
+            }
+            self.pos += n as u64;
+            Ok(n)
+        }
+    }
+
+    /// Loads `head` followed by zeros up to 1 TiB with room for `limit`
+    /// bytes: the error, and the bytes read.
+    fn load_holes(head: &[u8], limit: u64) -> (String, u64) {
+        let len = 1u64 << 40;
+        let mut src = Holes {
+            head: head.to_vec(),
+            pos: 0,
+            len,
+        };
+        ROOM_LIMIT.with(|l| l.set(limit));
+        let got = load_from(&mut src, Some(len), "holes");
+        ROOM_LIMIT.with(|l| l.set(u64::MAX));
+        (got.unwrap_err().message().to_string(), src.pos)
+    }
+
+    fn words(vals: &[u64]) -> Vec<u8> {
+        vals.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// The review's 1 TiB sparse files (4 KiB on disk): counts, a name
+    /// length and an ndim that fit in the file but not in memory fail
+    /// before anything of their size is allocated or read (they aborted).
+    #[test]
+    fn huge_claims_in_a_holey_file_fail_without_allocating() {
+        let gib = 1u64 << 30;
+        let (msg, read) = load_holes(&words(&[LIST_MAGIC, 0, 1 << 36]), gib);
+        assert_eq!(
+            msg,
+            "Invalid NDArray file format: the file claims 68719476736 arrays, more than \
+             MXNDArrayLoad can return (4294967295, its counts are uint32)"
+        );
+        assert_eq!(read, 24);
+        let (msg, read) = load_holes(&words(&[LIST_MAGIC, 0, u32::MAX as u64]), gib);
+        assert_eq!(
+            msg,
+            "holding the 4294967295 arrays the file claims needs 549755813760 bytes of memory, \
+             more than this process can allocate (test limit)"
+        );
+        assert_eq!(read, 24);
+        let (msg, _) = load_holes(&words(&[LIST_MAGIC, 0, 0, 1 << 36]), gib);
+        assert!(msg.contains("the file claims 68719476736 names"), "{msg}");
+        // Names must be none or one per array: checked before reading them.
+        let (msg, read) = load_holes(&words(&[LIST_MAGIC, 0, 0, 1, 1 << 39]), gib);
+        assert_eq!(msg, "Invalid NDArray file format: 1 names for 0 arrays");
+        assert_eq!(read, 32);
+        // One none array (V2, ndim 0), then a name of 2^39 bytes.
+        let mut head = words(&[LIST_MAGIC, 0, 1]);
+        head.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        head.extend_from_slice(&[0; 8]);
+        head.extend_from_slice(&words(&[1, 1 << 39]));
+        let (msg, read) = load_holes(&head, gib);
+        assert_eq!(
+            msg,
+            "name 0 needs 549755813888 bytes of memory, more than this process can allocate \
+             (test limit)"
+        );
+        assert_eq!(read, head.len() as u64);
+        // ndim 2^31 - 1: 16 GiB of dims.
+        let mut head = words(&[LIST_MAGIC, 0, 1]);
+        head.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        head.extend_from_slice(&0i32.to_le_bytes());
+        head.extend_from_slice(&i32::MAX.to_le_bytes());
+        let (msg, read) = load_holes(&head, gib);
+        assert_eq!(
+            msg,
+            "a shape of ndim 2147483647 in array 0 needs 17179869176 bytes of memory, more \
+             than this process can allocate (test limit)"
+        );
+        assert_eq!(read, head.len() as u64);
+        // What a load holds is checked as it grows: an array of 64 MiB + 4
+        // bytes, then no room for the next 64 MiB.
+        let mut head = words(&[LIST_MAGIC, 0, 2]);
+        head.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        for v in [0i32, 1, 0, 0, 1, 0, 0] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        let n = (1u64 << 24) + 1;
+        head[36..44].copy_from_slice(&n.to_le_bytes());
+        let (msg, read) = load_holes(&head, (64 << 20) - 1);
+        assert_eq!(
+            msg,
+            format!(
+                "going on after {} bytes of arrays and names needs 67108864 bytes of memory, \
+                 more than this process can allocate (test limit)",
+                ARRAY_COST + 4 * n
+            )
+        );
+        assert_eq!(read, head.len() as u64 + 4 * n);
+    }
+
+    /// The start and length of the field byte `cut` falls in, in the file
+    /// of [`a_short_file_names_what_is_missing`] (the load reads the list
+    /// header's words one by one, an array's context as two words).
+    fn field(full: &[u8], cut: usize) -> (usize, usize) {
+        assert_eq!(full.len(), 139);
+        let ends = [
+            0, 8, 16, 24, 28, 32, 36, 44, 48, 52, 56, 68, 72, 76, 80, 88, 92, 96, 100, 112, 120,
+            128, 129, 137, 139,
+        ];
+        let start = ends.iter().copied().filter(|&e| e <= cut).max().unwrap();
+        let end = ends.iter().copied().filter(|&e| e > cut).min().unwrap();
+        (start, end - start)
+    }
+
+    /// A file shorter than it claims names the item and the part it ends in.
+    #[test]
+    fn a_short_file_names_what_is_missing() {
+        let a = NDArray::zeros(Shape(vec![3]), DType::F32, Context::CPU0).unwrap();
+        let full = save(&[a.clone(), a], &[b"a".to_vec(), b"bc".to_vec()]).unwrap();
+        let want = [
+            (10, "the header"),
+            (26, "the magic of array 0"),
+            (30, "the storage type of array 0"),
+            (34, "the shape of array 0"),
+            (40, "the shape of array 0"),
+            (46, "the context of array 0"),
+            (50, "the context of array 0"),
+            (54, "the dtype of array 0"),
+            (60, "the data of array 0"),
+            (70, "the magic of array 1"),
+            (105, "the data of array 1"),
+            (115, "the name count"),
+            (125, "the length of name 0"),
+            (133, "the length of name 1"),
+            (138, "the bytes of name 1"),
+        ];
+        // Of unknown length, the load reads up to the end; of known length,
+        // it may refuse a size that does not fit before (checked elsewhere).
+        for (cut, place) in want {
+            let msg = stream(&full[..cut]).unwrap_err().message().to_string();
+            let (start, len) = field(&full, cut);
+            assert_eq!(
+                msg,
+                format!(
+                    "Invalid NDArray file format: truncated at byte {start}, in {place} (wanted \
+                     {len} more bytes)"
+                ),
+            );
+            let msg = load(&full[..cut]).unwrap_err().message().to_string();
+            assert!(msg.starts_with("Invalid NDArray file format: "), "{msg}");
+        }
+    }
 
     #[test]
     fn spec_example_is_157_bytes_and_round_trips() {
@@ -684,9 +1029,17 @@ mod tests {
         let a = NDArray::zeros(Shape(vec![2]), DType::F32, Context::CPU0).unwrap();
         let good = save(&[a], &[b"a".to_vec()]).unwrap();
         let mut bad = good.clone();
-        bad[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        bad[16..24].copy_from_slice(&(1u64 << 31).to_le_bytes());
         let msg = load(&bad).unwrap_err().message().to_string();
-        assert!(msg.contains("count 1099511627776 does not fit"), "{msg}");
+        assert!(msg.contains("count 2147483648 does not fit"), "{msg}");
+        bad[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        for got in [load(&bad), stream(&bad)] {
+            assert_eq!(
+                got.unwrap_err().message(),
+                "Invalid NDArray file format: the file claims 1099511627776 arrays, more than \
+                 MXNDArrayLoad can return (4294967295, its counts are uint32)"
+            );
+        }
         let mut bad = good.clone();
         let at = good.len() - 9; // the name's length
         bad[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
@@ -698,12 +1051,7 @@ mod tests {
 
     #[test]
     fn unknown_lengths_grow_buffers_with_the_bytes_read() {
-        let mut r = Reader {
-            src: io::repeat(0).take((5 << 20) + 3),
-            pos: 0,
-            len: None,
-            name: "a pipe".into(),
-        };
+        let mut r = Reader::new(io::repeat(0).take((5 << 20) + 3), None, "a pipe");
         let mut out = Vec::new();
         let err = r
             .take_into(1 << 40, &|| "rows".into(), &mut out)
@@ -717,12 +1065,7 @@ mod tests {
             out.capacity()
         );
         // A claim the source holds is read whole.
-        let mut r = Reader {
-            src: io::repeat(7).take(1 << 22),
-            pos: 0,
-            len: None,
-            name: "a pipe".into(),
-        };
+        let mut r = Reader::new(io::repeat(7).take(1 << 22), None, "a pipe");
         r.take_into((3 << 20) + 1, &|| "rows".into(), &mut out)
             .unwrap();
         assert_eq!(out.len(), (3 << 20) + 1);
