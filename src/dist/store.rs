@@ -122,6 +122,41 @@ fn check_float(what: &str, dtype: DType) -> Result<()> {
     }
 }
 
+/// `msg` with each internal key number `N` it names ("key N" or "Key is N"
+/// as words of their own) replaced by the key as the caller wrote it, when
+/// `name` knows it.
+fn with_key_names(msg: &str, name: impl Fn(i32) -> Option<String>) -> String {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    'scan: while !rest.is_empty() {
+        let starts_word = !out.chars().next_back().is_some_and(word);
+        for prefix in ["key ", "Key is "] {
+            if !starts_word {
+                break;
+            }
+            let Some(after) = rest.strip_prefix(prefix) else {
+                continue;
+            };
+            let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            let boundary = after[digits..].chars().next().map_or(true, |c| !word(c));
+            if digits == 0 || !boundary {
+                continue;
+            }
+            if let Some(n) = after[..digits].parse().ok().and_then(&name) {
+                out.push_str(prefix);
+                out.push_str(&n);
+                rest = &after[digits..];
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
 impl DistStore {
     /// A store of type `type_name` (lower-cased) for the node `config`
     /// describes. A worker starts its node here (as MXNet's constructor
@@ -209,6 +244,30 @@ impl DistStore {
 }
 
 impl WorkerSide {
+    /// `e` naming string keys as the caller wrote them where it names their
+    /// internal numbers (the worker, the key layout and the servers know only
+    /// those), as the local store's errors do. `keys`: the call's keys (an
+    /// int-keyed call's errors are left as they are); `fresh`: the numbers
+    /// an init gives `keys`, not registered yet.
+    fn named(&self, keys: Option<Keys<'_>>, fresh: &[i32], e: Error) -> Error {
+        let names = self.names.read();
+        let call = match keys {
+            Some(Keys::Int(_)) => return e,
+            Some(Keys::Str(k)) => k,
+            None if names.next_id() == 0 => return e,
+            None => &[],
+        };
+        let name = |id: i32| {
+            fresh
+                .iter()
+                .position(|&f| f == id)
+                .and_then(|i| call.get(i).copied())
+                .or_else(|| names.name(id))
+                .map(show_str)
+        };
+        Error::with_kind(e.kind(), with_key_names(e.message(), name))
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.lock().is_some() {
             bail!("the distributed store has been closed");
@@ -317,24 +376,15 @@ impl WorkerSide {
         }
         let items: Vec<(i32, &NDArray)> = ids.iter().copied().zip(vals).collect();
         // what only rank 0 encodes, checked on every rank
-        for (i, item) in items.iter().enumerate() {
+        for item in &items {
             self.w
                 .check_init(std::slice::from_ref(item), self.w.compression())
-                .map_err(|e| match keys {
-                    Keys::Str(_) => Error::with_kind(
-                        e.kind(),
-                        format!(
-                            "{} (key {} is number {})",
-                            e.message(),
-                            keys.show(i),
-                            item.0
-                        ),
-                    ),
-                    Keys::Int(_) => e,
-                })?;
+                .map_err(|e| self.named(Some(keys), &ids, e))?;
         }
         let sent = if self.po.my_rank() == 0 {
-            self.w.init(&items)
+            self.w
+                .init(&items)
+                .map_err(|e| self.named(Some(keys), &ids, e))
         } else {
             Ok(())
         };
@@ -716,7 +766,8 @@ impl KvStore for DistStore {
     }
 
     fn push(&self, keys: Keys<'_>, vals: &[NDArray], _priority: i32) -> Result<()> {
-        self.worker("push")?.push(keys, vals)
+        let w = self.worker("push")?;
+        w.push(keys, vals).map_err(|e| w.named(Some(keys), &[], e))
     }
 
     fn pull(
@@ -726,7 +777,9 @@ impl KvStore for DistStore {
         _priority: i32,
         ignore_sparse: bool,
     ) -> Result<()> {
-        self.worker("pull")?.pull(keys, outs, ignore_sparse)
+        let w = self.worker("pull")?;
+        w.pull(keys, outs, ignore_sparse)
+            .map_err(|e| w.named(Some(keys), &[], e))
     }
 
     fn pull_row_sparse(
@@ -736,8 +789,9 @@ impl KvStore for DistStore {
         row_ids: &[NDArray],
         _priority: i32,
     ) -> Result<()> {
-        self.worker("row_sparse_pull")?
-            .pull_row_sparse(keys, outs, row_ids)
+        let w = self.worker("row_sparse_pull")?;
+        w.pull_row_sparse(keys, outs, row_ids)
+            .map_err(|e| w.named(Some(keys), &[], e))
     }
 
     fn push_pull(
@@ -748,7 +802,9 @@ impl KvStore for DistStore {
         outs: &[NDArray],
         _priority: i32,
     ) -> Result<()> {
-        self.worker("pushpull")?.push_pull(vkeys, vals, okeys, outs)
+        let w = self.worker("pushpull")?;
+        w.push_pull(vkeys, vals, okeys, outs)
+            .map_err(|e| w.named(Some(vkeys), &[], e))
     }
 
     fn broadcast(
@@ -762,6 +818,7 @@ impl KvStore for DistStore {
         let w = self.worker("broadcast")?;
         w.init(vkeys, vals)?;
         w.pull(okeys, outs, false)
+            .map_err(|e| w.named(Some(okeys), &[], e))
     }
 
     /// On a worker the updater is kept but not used (the servers update,
@@ -842,7 +899,8 @@ impl KvStore for DistStore {
             return Ok(());
         }
         match &self.side {
-            Side::Worker(w) => w.close(),
+            // a push's error reported here names string keys as written
+            Side::Worker(w) => w.close().map_err(|e| w.named(None, &[], e)),
             Side::Node(_) | Side::Leaked => Ok(()),
         }
     }
@@ -1130,6 +1188,92 @@ mod tests {
         po.finalize(true).unwrap();
         server.join().unwrap().unwrap();
         sched.join().unwrap();
+    }
+
+    #[test]
+    fn key_numbers_are_replaced_only_where_they_name_a_key() {
+        let name = |id: i32| (id == 1).then(|| "w".to_string());
+        assert_eq!(
+            with_key_names("key 1: Key is 1 (key 1; key 1) key 1", name),
+            "key w: Key is w (key w; key w) key w"
+        );
+        // other numbers, hex ps keys, and words are left alone
+        let other = "key 10, key 0, ps key 0x1, key 1x, key 1é, monkey 1, turkey 1";
+        assert_eq!(with_key_names(other, name), other);
+    }
+
+    /// Errors of calls on string keys name the keys as the caller wrote
+    /// them, as the local store's do, never their internal numbers: texts
+    /// made by the store, the worker, the key layout and the servers (which
+    /// know only the numbers), and a push's error reported by a later call
+    /// or by close. They named "key 1" (or "key 1 ... (key w is number 1)").
+    #[test]
+    fn errors_of_string_keys_name_the_keys() {
+        for kind in ["dist_sync", "dist_async"] {
+            let cfg =
+                |role, port| Config::local(role, port, 1, 1, std::time::Duration::from_secs(10));
+            let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+            let port = sched.port();
+            let server = std::thread::spawn(move || -> Result<()> {
+                DistStore::new(kind.as_bytes().to_vec(), cfg(Role::Server, port))?
+                    .run_server(&mut |_, _| {})
+            });
+            let s = DistStore::new(kind.as_bytes().to_vec(), cfg(Role::Worker, port)).unwrap();
+            let (a, w, e): (&[u8], &[u8], &[u8]) = (b"a", b"w", b"e");
+            let two_by_two = || {
+                NDArray::from_bytes(
+                    Shape(vec![2, 2]),
+                    DType::F32,
+                    Context::CPU0,
+                    bytemuck::cast_slice(&[1.0f32; 4]),
+                )
+                .unwrap()
+            };
+            let rsp = NDArray::row_sparse(Shape(vec![2, 2]), Context::CPU0, two_by_two(), &[0, 1])
+                .unwrap();
+            // a: number 0, w: number 1
+            s.init(Keys::Str(&[a, w]), &[rsp, f32s(&[0.0; 4])]).unwrap();
+            let mut errors = Vec::new();
+            let empty = NDArray::zeros(Shape(vec![0]), DType::F32, Context::CPU0).unwrap();
+            errors.push(s.init(Keys::Str(&[e]), &[empty]).unwrap_err());
+            let int = NDArray::zeros(Shape(vec![4]), DType::I32, Context::CPU0).unwrap();
+            errors.push(s.push(Keys::Str(&[w]), &[int], 0).unwrap_err());
+            errors.push(s.push(Keys::Str(&[w]), &[f32s(&[1.0; 3])], 0).unwrap_err());
+            errors.push(
+                s.pull(Keys::Str(&[a]), &[two_by_two()], 0, false)
+                    .unwrap_err(),
+            );
+            if kind == "dist_async" {
+                // refused by the server (no updater), reported by the next
+                // call on the key, then by close
+                s.push(Keys::Str(&[w]), &[f32s(&[1.0; 4])], 0).unwrap();
+                errors.push(
+                    s.pull(Keys::Str(&[w]), &[f32s(&[0.0; 4])], 0, true)
+                        .unwrap_err(),
+                );
+                s.push(Keys::Str(&[w]), &[f32s(&[1.0; 4])], 0).unwrap();
+                errors.push(s.close().unwrap_err());
+                // (the server and the scheduler then end on the lost worker)
+            } else {
+                s.close().unwrap();
+            }
+            for (i, err) in errors.iter().enumerate() {
+                let m = err.message();
+                let named = if i == 0 {
+                    "key e"
+                } else if i == 3 {
+                    "key a"
+                } else {
+                    "key w"
+                };
+                assert!(m.contains(named), "{kind} error {i}: {m}");
+                for n in ["key 0", "key 1", "key 2", "number"] {
+                    assert!(!m.contains(n), "{kind} error {i} names {n:?}: {m}");
+                }
+            }
+            let _ = server.join();
+            let _ = sched.join();
+        }
     }
 
     #[test]
