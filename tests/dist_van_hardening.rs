@@ -222,3 +222,73 @@ fn dist_local_node_that_fails_to_start_removes_its_socket_file() {
     let _ = std::fs::remove_file(&path);
     assert!(!left, "/tmp/{port} is left behind");
 }
+
+/// A ROUTER playing the scheduler: a node registers with it.
+struct FakeScheduler {
+    _ctx: zmq::Context,
+    router: zmq::Socket,
+    port: u16,
+}
+
+impl FakeScheduler {
+    fn new() -> FakeScheduler {
+        let ctx = zmq::Context::new();
+        let router = ctx.socket(zmq::ROUTER).unwrap();
+        router.set_linger(0).unwrap();
+        router.set_rcvtimeo(10_000).unwrap();
+        router.bind("tcp://127.0.0.1:*").unwrap();
+        let ep = router.get_last_endpoint().unwrap().unwrap();
+        let port = ep.rsplit(':').next().unwrap().parse().unwrap();
+        FakeScheduler {
+            _ctx: ctx,
+            router,
+            port,
+        }
+    }
+
+    /// The node that registered.
+    fn registration(&self) -> Node {
+        let frames = self.router.recv_multipart(0).expect("no registration");
+        let reg = mxkv::dist::message::Message::decode(&frames[1], Vec::new()).unwrap();
+        reg.control.unwrap().nodes.remove(0)
+    }
+}
+
+/// An ADD_NODE reply is taken from the scheduler only (identity ps1): one
+/// from a peer without an id or with another id is dropped with a log line,
+/// and the node waits on for the scheduler's (it took the stranger's ids,
+/// connected to the peers it named and passed the barriers it released:
+/// review probe p17).
+#[test]
+fn dist_add_node_reply_only_from_the_scheduler() {
+    let fake = FakeScheduler::new();
+    let po = Postoffice::bind(cfg(Role::Server, fake.port, false)).unwrap();
+    let me = fake.registration();
+    let endpoint = format!("tcp://127.0.0.1:{}", me.port);
+    let reply = |sched_port: u16| {
+        add_node(
+            vec![
+                node(Role::Server, 8, &me.hostname, me.port),
+                node(Role::Worker, 9, "127.0.0.1", 4242),
+                node(Role::Scheduler, 1, "127.0.0.1", i32::from(sched_port)),
+            ],
+            0,
+        )
+    };
+    let stranger = FakeScheduler::new();
+    for identity in [None, Some("ps9"), Some("ps8")] {
+        let before = po.dropped_messages();
+        let (_c, d) = dealer(&endpoint, identity);
+        d.send(reply(stranger.port), 0).unwrap();
+        until(&format!("the reply from {identity:?} was dropped"), || {
+            po.dropped_messages() > before || !po.nodes().is_empty()
+        });
+        assert!(po.nodes().is_empty(), "a reply from {identity:?} was taken");
+        assert_eq!(po.my_id(), EMPTY);
+    }
+    let (_c, d) = dealer(&endpoint, Some("ps1"));
+    d.send(reply(fake.port), 0).unwrap();
+    po.wait_ready().unwrap();
+    assert_eq!(po.my_id(), 8);
+    po.stop();
+}

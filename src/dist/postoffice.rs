@@ -791,6 +791,13 @@ impl Postoffice {
             Command::AddNode => {
                 if self.role() == Role::Scheduler {
                     super::scheduler::on_add_node(self, msg);
+                } else if msg.sender != SCHEDULER {
+                    // The reply gives this node its id and its peers: only
+                    // the scheduler's (its DEALER has identity ps1) counts.
+                    van.drop_message(&format!(
+                        "an ADD_NODE reply from {} (only the scheduler answers a registration)",
+                        sender_name(msg.sender)
+                    ));
                 } else {
                     self.on_add_node_reply(msg);
                 }
