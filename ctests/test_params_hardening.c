@@ -10,7 +10,10 @@
  *     aborted on a failed allocation; MXNet 1.9.1 returns -1 with bad_alloc).
  *     These run in a child process whose address space is capped (not under
  *     ASan or valgrind, which need theirs; there only the claims refused
- *     whatever the memory run).
+ *     whatever the memory run);
+ *   - MXNDArrayLoad of a pipe whose header claims a 1 TiB array, followed by
+ *     endless zeros, returns -1 at once (it aborted when its growing buffer
+ *     could not grow; MXNet: "Failed to allocate CPU Memory").
  * The whole test runs under alarm(120).
  */
 #include "check.h"
@@ -307,6 +310,40 @@ static void sparse_claims(const char *path, int capped) {
                    "more than this process can allocate");
 }
 
+/* Review finding 2: a pipe whose header claims one float32 array of 2^38
+   elements (1 TiB), then zeros without end (a writer process). */
+static void pipe_claim(void) {
+  if (access("/proc/self/fd", R_OK) != 0) {
+    fprintf(stderr, "  (no /proc/self/fd: pipe skipped)\n");
+    return;
+  }
+  buf_t b = {{0}, 0};
+  put_u64(&b, 0x112), put_u64(&b, 0), put_u64(&b, 1);
+  put_u32(&b, 0xF993FAC9u), put_i32(&b, 0), put_i32(&b, 1), put_u64(&b, UINT64_C(1) << 38);
+  put_i32(&b, DEV_CPU), put_i32(&b, 0), put_i32(&b, DT_F32);
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t writer = fork();
+  CHECK(writer >= 0);
+  if (writer == 0) {
+    close(fds[0]);
+    signal(SIGPIPE, SIG_IGN);
+    static const unsigned char zeros[65536];
+    if (write(fds[1], b.b, b.n) != (ssize_t)b.n) _exit(1);
+    while (write(fds[1], zeros, sizeof zeros) > 0) {
+    }
+    _exit(0); /* the reader closed its end */
+  }
+  close(fds[1]);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fds[0]);
+  load_fails(path, "array of shape [274877906944] needs 1099511627776 bytes of memory, more than "
+                   "this process can allocate");
+  close(fds[0]);
+  int status = 0;
+  CHECK(waitpid(writer, &status, 0) == writer);
+}
+
 /* The claims above, in a child (its address space capped where that is
    possible): it must exit 0, not die. */
 static void test_huge_claims(const char *path) {
@@ -321,6 +358,7 @@ static void test_huge_claims(const char *path) {
       CHECK(setrlimit(RLIMIT_AS, &r) == 0);
     }
     sparse_claims(path, capped);
+    if (capped) pipe_claim();
     _exit(0);
   }
   int status = 0;

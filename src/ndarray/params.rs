@@ -30,7 +30,7 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use super::dtype::DType;
-use super::{Context, NDArray, Shape, StorageType};
+use super::{Context, NDArray, Shape, StorageType, MAX_BYTES};
 use crate::error::{Error, Result};
 use crate::{bail, ensure};
 
@@ -179,9 +179,12 @@ fn room(bytes: u64, what: &dyn Fn() -> String) -> Result<()> {
             what()
         ))
     };
+    // Tests may set a limit, which then decides instead of the mapping.
     #[cfg(test)]
-    if bytes > tests::ROOM_LIMIT.with(|l| l.get()) {
-        return Err(refuse(&"test limit"));
+    match tests::ROOM_LIMIT.with(|l| l.get()) {
+        u64::MAX => {}
+        limit if bytes > limit => return Err(refuse(&"test limit")),
+        _ => return Ok(()),
     }
     let len = usize::try_from(bytes).map_err(|e| refuse(&e))?;
     memmap2::MmapMut::map_anon(len)
@@ -320,13 +323,19 @@ impl<R: Read> Reader<R> {
         Ok(n)
     }
     /// Reads `n` bytes into `out` (emptied first). With a known length, `n`
-    /// must fit in what is left, checked before allocating; otherwise `out`
+    /// must fit in what is left, checked before allocating; otherwise `n`
+    /// must be at most [`MAX_BYTES`] and allocatable ([`room`]), and `out`
     /// grows with the bytes read (at most twice them, plus [`CHUNK`]).
     fn take_into(&mut self, n: u64, what: &dyn Fn() -> String, out: &mut Vec<u8>) -> Result<()> {
         out.clear();
         let n = match (self.left(), usize::try_from(n)) {
             (Some(left), Ok(n)) if n as u64 <= left => n,
-            (None, Ok(n)) => n,
+            (None, Ok(n)) if n <= MAX_BYTES => n,
+            (None, _) => bail!(
+                "Invalid NDArray file format: {} claims {n} bytes, more than this library \
+                 allocates ({MAX_BYTES})",
+                what()
+            ),
             _ => bail!(
                 "Invalid NDArray file format: {} needs {n} bytes, the file holds {} more",
                 what(),
@@ -341,10 +350,18 @@ impl<R: Read> Reader<R> {
             out.resize(n, 0);
             return self.fill(out);
         }
+        // Unknown length: MXNet allocates the claim before reading; here the
+        // claim must be allocatable, and the buffer grows with the bytes read.
+        room(n as u64, what)?;
         while out.len() < n {
             let at = out.len();
             let step = (n - at).min(at.max(CHUNK));
-            out.reserve_exact(step);
+            out.try_reserve_exact(step).map_err(|e| {
+                Error::new(format!(
+                    "out of memory reading {} ({n} bytes) after {at} bytes: {e}",
+                    what()
+                ))
+            })?;
             out.resize(at + step, 0);
             self.fill(&mut out[at..])?;
         }
@@ -1045,12 +1062,17 @@ mod tests {
         bad[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
         let msg = load(&bad).unwrap_err().message().to_string();
         assert!(msg.contains("name 0 needs 1099511627776 bytes"), "{msg}");
+        // (of unknown length, with room for the claim: read up to the end)
+        ROOM_LIMIT.with(|l| l.set(u64::MAX - 1));
         let msg = stream(&bad).unwrap_err().message().to_string();
+        ROOM_LIMIT.with(|l| l.set(u64::MAX));
         assert!(msg.contains("truncated"), "{msg}");
     }
 
     #[test]
     fn unknown_lengths_grow_buffers_with_the_bytes_read() {
+        // (a claim of 1 TiB is allocatable here)
+        ROOM_LIMIT.with(|l| l.set(1 << 40));
         let mut r = Reader::new(io::repeat(0).take((5 << 20) + 3), None, "a pipe");
         let mut out = Vec::new();
         let err = r
@@ -1070,6 +1092,59 @@ mod tests {
             .unwrap();
         assert_eq!(out.len(), (3 << 20) + 1);
         assert!(out.iter().all(|&b| b == 7));
+        ROOM_LIMIT.with(|l| l.set(u64::MAX));
+    }
+
+    /// The review's pipe (finding 2): a header claiming one float32 array
+    /// of 2^38 elements (1 TiB), then endless zeros. The claim is refused
+    /// before reading it, where MXNet fails allocating it ("Failed to
+    /// allocate CPU Memory"); it aborted once the buffer's growth failed.
+    #[test]
+    fn a_pipe_claiming_more_than_can_be_allocated_fails_at_once() {
+        let mut head = words(&[LIST_MAGIC, 0, 1]);
+        head.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        head.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0, 0]);
+        head.extend_from_slice(&(1u64 << 38).to_le_bytes());
+        head.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let endless = |head: &[u8]| {
+            let read = Rc::new(Cell::new(0));
+            let src = Counting {
+                inner: head.chain(io::repeat(0)),
+                read: read.clone(),
+            };
+            ROOM_LIMIT.with(|l| l.set(1 << 30));
+            let got = load_from(src, None, "a pipe");
+            ROOM_LIMIT.with(|l| l.set(u64::MAX));
+            (got.unwrap_err().message().to_string(), read.get())
+        };
+        let (msg, read) = endless(&head);
+        assert_eq!(
+            msg,
+            "array of shape [274877906944] needs 1099511627776 bytes of memory, more than this \
+             process can allocate (test limit)"
+        );
+        assert_eq!(read, head.len() as u64);
+        // Beyond MAX_BYTES (2^39 float64): refused whatever the memory.
+        head[52..56].copy_from_slice(&1i32.to_le_bytes());
+        head[36..44].copy_from_slice(&(1u64 << 39).to_le_bytes());
+        let (msg, read) = endless(&head);
+        assert_eq!(
+            msg,
+            "Invalid NDArray file format: array of shape [549755813888] claims 4398046511104 \
+             bytes, more than this library allocates (1099511627776)"
+        );
+        assert_eq!(read, head.len() as u64);
+        // A name too.
+        let mut head = words(&[LIST_MAGIC, 0, 1]);
+        head.extend_from_slice(&V2_MAGIC.to_le_bytes());
+        head.extend_from_slice(&[0; 8]);
+        head.extend_from_slice(&words(&[1, 1 << 36]));
+        let (msg, _) = endless(&head);
+        assert_eq!(
+            msg,
+            "name 0 needs 68719476736 bytes of memory, more than this process can allocate \
+             (test limit)"
+        );
     }
 
     #[test]
