@@ -290,5 +290,24 @@ fn dist_add_node_reply_only_from_the_scheduler() {
     d.send(reply(fake.port), 0).unwrap();
     po.wait_ready().unwrap();
     assert_eq!(po.my_id(), 8);
+    // A lost-peer notice that says nothing (a heartbeat with a body that
+    // is not "<node id> <reason>") is dropped with a log line (it was
+    // ignored without one).
+    let before = po.dropped_messages();
+    let meta = mxkv::dist::message::Message {
+        body: b"nonsense".to_vec(),
+        ..control_message(
+            EMPTY,
+            Control::new(Command::Heartbeat),
+            false,
+            EMPTY,
+            EMPTY,
+            1,
+        )
+    }
+    .encode_meta();
+    d.send(meta, 0).unwrap();
+    until("the notice was dropped", || po.dropped_messages() > before);
+    assert!(po.lost_peers().is_empty());
     po.stop();
 }

@@ -148,8 +148,7 @@ pub(crate) struct State {
     /// How many messages, and data bytes, `parked` holds (all pairs).
     pub parked_count: usize,
     pub parked_bytes: usize,
-    /// A message was dropped for lack of room (logged once), how many.
-    pub parked_full_logged: bool,
+    /// How many messages were dropped for lack of room.
     pub parked_dropped: u64,
     /// Signatures of messages already seen (PS_RESEND duplicates).
     pub seen_sigs: HashSet<u64>,
@@ -250,7 +249,6 @@ impl Postoffice {
                 parked: HashMap::new(),
                 parked_count: 0,
                 parked_bytes: 0,
-                parked_full_logged: false,
                 parked_dropped: 0,
                 seen_sigs: HashSet::new(),
             }),
@@ -768,6 +766,16 @@ impl Postoffice {
                 let _ = self.send_control(msg.sender, ctl, false, EMPTY, EMPTY);
             }
             if !self.state.lock().seen_sigs.insert(sig) {
+                // A copy the resender sent again (its ACK was late): as
+                // ps-lite, dropped after the ACK; logged with PS_VERBOSE.
+                if self.config.verbose >= 1 {
+                    van.log_drop(&format!(
+                        "a copy of a message already received from {} (PS_RESEND; cmd {:?}, timestamp {})",
+                        sender_name(msg.sender),
+                        msg.cmd(),
+                        msg.timestamp
+                    ));
+                }
                 return Flow::Continue;
             }
         }
@@ -784,7 +792,7 @@ impl Postoffice {
                 if msg.sender == me {
                     Flow::Stop
                 } else {
-                    van.drop_message(&format!("a TERMINATE from {}", peer_name(msg.sender)));
+                    van.drop_message(&format!("a TERMINATE from {}", sender_name(msg.sender)));
                     Flow::Continue
                 }
             }
@@ -828,9 +836,16 @@ impl Postoffice {
             Command::Heartbeat => {
                 if self.role() == Role::Scheduler {
                     super::scheduler::on_heartbeat(self, msg);
+                } else if msg.sender != SCHEDULER {
+                    // Only the scheduler answers heartbeats and reports lost
+                    // peers; another's would keep a lost scheduler alive.
+                    van.drop_message(&format!(
+                        "a heartbeat from {} (only the scheduler sends this node heartbeats)",
+                        sender_name(msg.sender)
+                    ));
                 } else {
                     self.state.lock().heartbeats.insert(1, Instant::now());
-                    if msg.sender == 1 && !msg.body.is_empty() {
+                    if !msg.body.is_empty() {
                         self.on_lost_notice(&msg);
                     }
                 }
@@ -840,7 +855,7 @@ impl Postoffice {
             Command::Unknown(c) => {
                 van.drop_message(&format!(
                     "a message of unknown type (Drop unknown typed message: control command {c}) from {}",
-                    peer_name(msg.sender)
+                    sender_name(msg.sender)
                 ));
                 Flow::Continue
             }
@@ -884,6 +899,10 @@ impl Postoffice {
             .split_once(' ')
             .and_then(|(id, why)| Some((id.parse::<i32>().ok()?, why.to_string())))
         else {
+            self.van.drop_message(&format!(
+                "a lost-peer notice from the scheduler that is not '<node id> <reason>': {:?}",
+                text.chars().take(200).collect::<String>()
+            ));
             return;
         };
         if id == self.my_id() {
@@ -943,17 +962,14 @@ impl Postoffice {
                     st.parked.entry(key).or_default().push(msg);
                 } else {
                     st.parked_dropped += 1;
-                    if !std::mem::replace(&mut st.parked_full_logged, true) {
-                        let (n, bytes) = (st.parked_count, st.parked_bytes);
-                        drop(st);
-                        eprintln!(
-                            "[mxkv {}] dropped a message for app {} customer {} from {}: no such customer, and {n} messages ({bytes} bytes) for customers not registered are held already (at most {PARKED_MAX_MESSAGES} messages, {PARKED_MAX_BYTES} bytes); further ones are dropped without a log line",
-                            self.config.role,
-                            key.0,
-                            key.1,
-                            sender_name(msg.sender),
-                        );
-                    }
+                    let (n, bytes) = (st.parked_count, st.parked_bytes);
+                    drop(st);
+                    self.van.log_drop(&format!(
+                        "a message for app {} customer {} from {}: no such customer, and {n} messages ({bytes} bytes) for customers not registered are held already (at most {PARKED_MAX_MESSAGES} messages, {PARKED_MAX_BYTES} bytes)",
+                        key.0,
+                        key.1,
+                        sender_name(msg.sender),
+                    ));
                 }
             }
         }
@@ -1534,6 +1550,57 @@ mod tests {
         assert_eq!(*got.lock(), for_0);
         assert!(for_0 > 0);
         assert_eq!(server.state.lock().parked_count, count - for_0);
+        c.finish();
+    }
+
+    fn control_msg(cmd: Command, body: &[u8]) -> Vec<u8> {
+        Message {
+            body: body.to_vec(),
+            ..control_message(EMPTY, Control::new(cmd), false, EMPTY, EMPTY, 5)
+        }
+        .encode_meta()
+    }
+
+    /// Sends `meta` from `identity` to `po` and waits until it dropped it;
+    /// the reason logged.
+    fn dropped_from(po: &Postoffice, identity: Option<&str>, meta: Vec<u8>) -> String {
+        let (_ctx, d) = foreign(po.port(), identity);
+        let before = po.dropped_messages();
+        d.send(meta, 0).unwrap();
+        until("the message was dropped", || po.dropped_messages() > before);
+        po.van.last_drop()
+    }
+
+    /// Every message a node drops is counted and logged, naming a sender
+    /// without an id as such (the log said "node 2147483647"): a TERMINATE
+    /// or an unknown command from a stranger, a heartbeat at a node from
+    /// anyone but the scheduler (it was taken as the scheduler's, silently),
+    /// at the scheduler a barrier request for no group (logged, not counted)
+    /// and a heartbeat from a peer without an id (taken, silently).
+    #[test]
+    fn dist_drops_are_logged_and_name_the_sender() {
+        let c = cluster(2, 1);
+        let w0 = c.workers[0].clone();
+        let stranger = "a peer without a ps<id> identity";
+        for cmd in [Command::Terminate, Command::Unknown(99)] {
+            let why = dropped_from(&w0, None, control_msg(cmd, b""));
+            assert!(why.ends_with(&format!("from {stranger}")), "{why}");
+        }
+        let why = dropped_from(&w0, Some("ps11"), control_msg(Command::Heartbeat, b""));
+        assert!(
+            why.starts_with("a heartbeat from worker 1 (id 11)"),
+            "{why}"
+        );
+        let why = dropped_from(&w0, Some("ps11"), control_msg(Command::Heartbeat, b"8 x"));
+        assert!(
+            why.starts_with("a heartbeat from worker 1 (id 11)"),
+            "{why}"
+        );
+        assert!(w0.lost_peers().is_empty());
+        let why = dropped_from(&c.sched, None, barrier_msg(9, true));
+        assert!(why.contains(&format!("group 9 from {stranger}")), "{why}");
+        let why = dropped_from(&c.sched, None, control_msg(Command::Heartbeat, b""));
+        assert_eq!(why, format!("a heartbeat from {stranger}"));
         c.finish();
     }
 

@@ -101,11 +101,17 @@ fn bad_address(node: &Node) -> Option<&'static str> {
 pub(crate) fn on_add_node(po: &Postoffice, msg: Message) {
     let Some(ctl) = msg.control else { return };
     let Some(node) = ctl.nodes.into_iter().next() else {
-        eprintln!("[mxkv scheduler] dropped an ADD_NODE without a node");
+        po.van.drop_message(&format!(
+            "an ADD_NODE without a node from {}",
+            sender_name(msg.sender)
+        ));
         return;
     };
     if node.role == Role::Scheduler {
-        eprintln!("[mxkv scheduler] dropped an ADD_NODE from another scheduler");
+        po.van.drop_message(&format!(
+            "an ADD_NODE from another scheduler ({}:{})",
+            node.hostname, node.port
+        ));
         return;
     }
     // Every node connects to this address: one that cannot be an address
@@ -215,10 +221,10 @@ pub(crate) fn on_barrier_request(po: &Postoffice, msg: Message) {
     let Some(ctl) = &msg.control else { return };
     let group = ctl.barrier_group;
     if !(1..=7).contains(&group) {
-        eprintln!(
-            "[mxkv scheduler] dropped a barrier request for group {group} from {}",
-            peer_name(msg.sender)
-        );
+        po.van.drop_message(&format!(
+            "a barrier request for group {group} from {}: not a group (1..7)",
+            sender_name(msg.sender)
+        ));
         return;
     }
     let members = po.group_members(group);
@@ -282,15 +288,18 @@ pub(crate) fn on_barrier_request(po: &Postoffice, msg: Message) {
 
 pub(crate) fn on_heartbeat(po: &Postoffice, msg: Message) {
     let Some(ctl) = &msg.control else { return };
+    if msg.sender == EMPTY {
+        // A node's heartbeat comes from its DEALER (identity ps<id>).
+        po.van
+            .drop_message(&format!("a heartbeat from {}", sender_name(msg.sender)));
+        return;
+    }
     let now = Instant::now();
     {
         let mut st = po.state.lock();
         for n in &ctl.nodes {
             st.heartbeats.insert(n.id, now);
         }
-    }
-    if msg.sender == EMPTY {
-        return;
     }
     let me = po.my_node.lock().clone();
     let mut reply = Control::new(Command::Heartbeat);
@@ -301,7 +310,7 @@ pub(crate) fn on_heartbeat(po: &Postoffice, msg: Message) {
     if let Err(e) = po.send_control(msg.sender, reply, false, EMPTY, EMPTY) {
         eprintln!(
             "[mxkv scheduler] heartbeat answer to {}: {e}",
-            peer_name(msg.sender)
+            sender_name(msg.sender)
         );
     }
 }

@@ -207,6 +207,7 @@ struct Shared {
     generation: AtomicU64,
     stop: AtomicBool,
     dropped: AtomicU64,
+    drop_log: Mutex<DropLog>,
     /// `DMLC_LOCAL`: the ROUTER's socket file, removed on [`Van::stop`].
     ipc_file: Mutex<Option<IpcFile>>,
     /// Set by the receive thread when it has returned.
@@ -299,6 +300,7 @@ impl Van {
                 generation: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
+                drop_log: Mutex::new(DropLog::default()),
                 ipc_file: Mutex::new(ipc_file),
                 exited: Mutex::new(false),
                 exited_cond: Condvar::new(),
@@ -593,11 +595,110 @@ impl Van {
     /// Logs a dropped message and counts it.
     pub fn drop_message(&self, why: &str) {
         self.shared.dropped.fetch_add(1, Ordering::AcqRel);
-        self.log(&format!("dropped {why}"));
+        self.log_drop(why);
+    }
+
+    /// Logs a dropped message ("dropped <why>"), at most
+    /// [`DROP_LOG_LINES`] lines per [`DROP_LOG_WINDOW`] (a peer can send
+    /// any number); how many went unlogged is said once the window is over.
+    pub fn log_drop(&self, why: &str) {
+        let now = Instant::now();
+        let mut l = self.shared.drop_log.lock();
+        let (summary, line) = l.note(now);
+        #[cfg(test)]
+        {
+            l.last = why.to_string();
+        }
+        drop(l);
+        if let Some(s) = summary {
+            self.log(&s);
+        }
+        match line {
+            DropLine::Log => self.log(&format!("dropped {why}")),
+            DropLine::LogLast => self.log(&format!(
+                "dropped {why} (further drops within {} s are counted, not logged)",
+                DROP_LOG_WINDOW.as_secs()
+            )),
+            DropLine::Quiet => {}
+        }
+    }
+
+    /// Says how many drops went unlogged once their window is over (the
+    /// receive thread calls it as it goes round).
+    fn flush_drop_log(&self) {
+        let summary = self.shared.drop_log.lock().flush(Instant::now());
+        if let Some(s) = summary {
+            self.log(&s);
+        }
+    }
+
+    /// The reason of the last drop logged or counted (tests).
+    #[cfg(test)]
+    pub(crate) fn last_drop(&self) -> String {
+        self.shared.drop_log.lock().last.clone()
     }
 
     fn log(&self, what: &str) {
         eprintln!("[mxkv {}] {what}", self.shared.name);
+    }
+}
+
+/// At most this many "dropped …" lines per [`DROP_LOG_WINDOW`].
+pub const DROP_LOG_LINES: u32 = 20;
+pub const DROP_LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// Whether a drop gets its log line.
+#[derive(Debug, PartialEq, Eq)]
+enum DropLine {
+    Log,
+    /// The last line of the window, which says the next ones are not logged.
+    LogLast,
+    Quiet,
+}
+
+/// The rate limit of the "dropped …" log lines.
+#[derive(Default)]
+struct DropLog {
+    window_start: Option<Instant>,
+    lines: u32,
+    quiet: u64,
+    #[cfg(test)]
+    last: String,
+}
+
+impl DropLog {
+    /// The line for how many drops went unlogged in a window that is over.
+    fn flush(&mut self, now: Instant) -> Option<String> {
+        let start = self.window_start?;
+        if now.duration_since(start) < DROP_LOG_WINDOW {
+            return None;
+        }
+        self.window_start = None;
+        self.lines = 0;
+        let quiet = std::mem::take(&mut self.quiet);
+        (quiet > 0).then(|| {
+            format!(
+                "dropped {quiet} more messages in {} s without a log line each",
+                DROP_LOG_WINDOW.as_secs()
+            )
+        })
+    }
+
+    /// A drop at `now`: the summary of a window that is over, and whether
+    /// this drop gets a line.
+    fn note(&mut self, now: Instant) -> (Option<String>, DropLine) {
+        let summary = self.flush(now);
+        self.window_start.get_or_insert(now);
+        let line = if self.lines + 1 < DROP_LOG_LINES {
+            DropLine::Log
+        } else if self.lines + 1 == DROP_LOG_LINES {
+            DropLine::LogLast
+        } else {
+            self.quiet += 1;
+            DropLine::Quiet
+        };
+        self.lines = self.lines.saturating_add(1);
+        (summary, line)
     }
 }
 
@@ -731,6 +832,7 @@ fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
     // after a message, the next poll watches for up to SPIN before it sleeps
     let mut watch_until: Option<Instant> = None;
     while !van.shared.stop.load(Ordering::Acquire) {
+        van.flush_drop_log();
         monitors.extend(van.shared.new_monitors.lock().drain(..).map(
             |(peer, generation, sock)| Monitor {
                 peer,
@@ -1043,6 +1145,36 @@ mod tests {
         let sent = send_frames(&mut sink, frames(&meta, &copied), zmq::DONTWAIT, None);
         assert_eq!(sent, Err((zmq::Error::EAGAIN, 0)));
         assert!(sink.taken.is_empty());
+    }
+
+    /// "dropped …" lines are limited per window; how many went unlogged
+    /// is said when it is over.
+    #[test]
+    fn drop_log_lines_are_rate_limited() {
+        let mut l = DropLog::default();
+        let t0 = Instant::now();
+        let lines: Vec<DropLine> = (0..DROP_LOG_LINES + 5)
+            .map(|_| {
+                let (summary, line) = l.note(t0);
+                assert_eq!(summary, None);
+                line
+            })
+            .collect();
+        let n = DROP_LOG_LINES as usize;
+        assert!(lines[..n - 1].iter().all(|x| *x == DropLine::Log));
+        assert_eq!(lines[n - 1], DropLine::LogLast);
+        assert!(lines[n..].iter().all(|x| *x == DropLine::Quiet));
+        assert_eq!(l.flush(t0 + DROP_LOG_WINDOW / 2), None);
+        let later = t0 + DROP_LOG_WINDOW;
+        let summary = l.flush(later).unwrap();
+        assert!(
+            summary.starts_with("dropped 5 more messages in 10 s"),
+            "{summary}"
+        );
+        assert_eq!(l.flush(later), None);
+        // A new window logs again, and one without quiet drops says nothing.
+        assert_eq!(l.note(later), (None, DropLine::Log));
+        assert_eq!(l.flush(later + DROP_LOG_WINDOW), None);
     }
 
     /// Running out of sockets is an error that says which limits apply.
