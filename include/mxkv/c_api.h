@@ -218,6 +218,13 @@ MXNET_DLL int MXKVStorePushPullEx(KVStoreHandle handle, mx_uint vnum, const char
  the old updater with the old `updater_handle`, so both must stay valid
  until every such call has returned. (MXNet's store is not safe to use from
  several threads at all.)
+
+ An updater may end its thread (`pthread_exit`, or a cancellation acted on
+ inside it; CPython does so to a daemon thread at interpreter exit): the
+ push then gives back what it holds and the thread ends as asked, with its
+ exit value and cleanup handlers, as in MXNet. (While a C updater exists,
+ pushes run on a second stack of the calling thread and the updater on the
+ thread's own, so that the thread's unwind meets no Rust frame.)
  */
 MXNET_DLL int MXKVStoreSetUpdater(KVStoreHandle handle, MXKVStoreUpdater updater, void *updater_handle);
 

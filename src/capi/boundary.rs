@@ -14,6 +14,8 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::mem::ManuallyDrop;
+use std::os::raw::c_void;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::LocalKey;
@@ -71,6 +73,57 @@ pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Err
             -1
         }
     }
+}
+
+/// A C API call that may call user callbacks, and its result.
+struct Job<F> {
+    /// Taken exactly once (by `run_job`, or inline when no second stack
+    /// could be made); `ManuallyDrop` so that the frame of `beside` holds
+    /// nothing to drop while callbacks run.
+    f: ManuallyDrop<F>,
+    rc: c_int,
+}
+
+extern "C" fn run_job<F: FnOnce() -> c_int>(data: *mut c_void) {
+    // SAFETY: `data` is the `Job<F>` of `beside`, alive and not otherwise
+    // used while the body runs; its closure has not been taken yet (this is
+    // the only call, made before `mxkv_run_beside` returns).
+    let job = unsafe { &mut *(data as *mut Job<F>) };
+    // SAFETY: taken once, here (see above).
+    let f = unsafe { ManuallyDrop::take(&mut job.f) };
+    job.rc = f();
+}
+
+/// Runs `job` (a C API call's whole work, `api_call` included, which may call
+/// user callbacks) on a second stack of this thread, so that callbacks run on
+/// the thread's own stack with no Rust frame that holds anything between
+/// them and the C API's caller: see csrc/callbacks.cc. A callback that ends
+/// its thread (`pthread_exit`, cancellation; CPython at interpreter exit)
+/// makes the call fail inside, which releases what it holds, and the thread
+/// then ends from here without returning; the C API function calling this
+/// must be `extern "C-unwind"` and hold nothing to drop either.
+pub(crate) fn beside<F: FnOnce() -> c_int>(job: F) -> c_int {
+    extern "C-unwind" {
+        // csrc/callbacks.cc: 0 when the body ran, -1 when no second stack
+        // could be made (the body did not run); unwinds (a thread's forced
+        // unwind) when a callback ended the thread.
+        fn mxkv_run_beside(body: extern "C" fn(*mut c_void), data: *mut c_void) -> c_int;
+    }
+    let mut job = Job {
+        f: ManuallyDrop::new(job),
+        rc: -1,
+    };
+    let data = &mut job as *mut Job<F> as *mut c_void;
+    // SAFETY: `run_job::<F>` reads `data` as the `Job<F>` it is, which lives
+    // until this function returns; the body runs at most once.
+    if unsafe { mxkv_run_beside(run_job::<F>, data) } == 0 {
+        return job.rc;
+    }
+    // No second stack (out of address space): run here; callbacks then run
+    // inside this call as everywhere else.
+    // SAFETY: the body did not run, so the closure is still there.
+    let f = unsafe { ManuallyDrop::take(&mut job.f) };
+    f()
 }
 
 /// `const char *MXGetLastError();` — the message of the last failing call on

@@ -5,7 +5,7 @@ use super::args::{
     cstr, cstrs, int_keys, kvstore, ndarrays, new_handle, str_keys, write_out, KeyArgs, KvHandle,
     KVSTORES,
 };
-use super::boundary::api_call;
+use super::boundary::{api_call, beside};
 use super::{
     mx_uint, KVStoreHandle, MXKVStoreServerController, MXKVStoreStrUpdater, MXKVStoreUpdater,
     NDArrayHandle,
@@ -15,6 +15,7 @@ use crate::ndarray::NDArray;
 use crate::store::Updater;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Creates a store. `type` is matched by substring, as MXNet does:
@@ -144,6 +145,22 @@ pub unsafe extern "C" fn MXKVStoreInitEx(
     )
 }
 
+/// How many C updaters exist (installed, or still held by a push in flight).
+static LIVE_C_UPDATERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs a push's work on a second stack (`beside`) when a C updater exists,
+/// so that an updater that ends its thread can do so; else right here (a
+/// second stack costs about a microsecond). An updater installed by another
+/// thread after this check may still be called by this push off the second
+/// stack: if it ends its thread, the process aborts (as before `beside`).
+fn maybe_beside(job: impl FnOnce() -> c_int) -> c_int {
+    if LIVE_C_UPDATERS.load(Ordering::Acquire) > 0 {
+        beside(job)
+    } else {
+        job()
+    }
+}
+
 fn push(
     name: &'static str,
     handle: KVStoreHandle,
@@ -164,42 +181,46 @@ fn push(
 /// Pushes `num` values; values of one key are summed, then applied by the
 /// updater (default: assign). The values are copied, never kept.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePush(
+pub unsafe extern "C-unwind" fn MXKVStorePush(
     handle: KVStoreHandle,
     num: u32,
     keys: *const c_int,
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    // SAFETY: `keys` holds `num` ints, per the contract.
-    push(
-        "MXKVStorePush",
-        handle,
-        unsafe { int_keys(keys, num, "keys") },
-        vals,
-        num,
-        priority,
-    )
+    maybe_beside(|| {
+        push(
+            "MXKVStorePush",
+            handle,
+            // SAFETY: `keys` holds `num` ints, per the contract.
+            unsafe { int_keys(keys, num, "keys") },
+            vals,
+            num,
+            priority,
+        )
+    })
 }
 
 /// String-key form of [`MXKVStorePush`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePushEx(
+pub unsafe extern "C-unwind" fn MXKVStorePushEx(
     handle: KVStoreHandle,
     num: u32,
     keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    // SAFETY: `keys` holds `num` strings, per the contract.
-    push(
-        "MXKVStorePushEx",
-        handle,
-        unsafe { str_keys(keys, num, "keys") },
-        vals,
-        num,
-        priority,
-    )
+    maybe_beside(|| {
+        push(
+            "MXKVStorePushEx",
+            handle,
+            // SAFETY: `keys` holds `num` strings, per the contract.
+            unsafe { str_keys(keys, num, "keys") },
+            vals,
+            num,
+            priority,
+        )
+    })
 }
 
 fn pull(
@@ -487,7 +508,7 @@ pub unsafe extern "C" fn MXKVStoreBroadcastEx(
 /// Push `vals` to `vkeys`, then pull `okeys` into `outs` (which may be the
 /// pushed arrays). The outputs are checked before anything is pushed.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePushPull(
+pub unsafe extern "C-unwind" fn MXKVStorePushPull(
     handle: KVStoreHandle,
     vnum: mx_uint,
     vkeys: *const c_int,
@@ -497,30 +518,32 @@ pub unsafe extern "C" fn MXKVStorePushPull(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    // SAFETY: `vkeys` holds `vnum` ints and `okeys` holds `onum`, per the contract.
-    let (vk, ok) = unsafe {
-        (
-            int_keys(vkeys, vnum, "vkeys"),
-            int_keys(okeys, onum, "okeys"),
+    maybe_beside(|| {
+        // SAFETY: `vkeys` holds `vnum` ints and `okeys` holds `onum`, per the contract.
+        let (vk, ok) = unsafe {
+            (
+                int_keys(vkeys, vnum, "vkeys"),
+                int_keys(okeys, onum, "okeys"),
+            )
+        };
+        two_phase(
+            "MXKVStorePushPull",
+            TwoPhase::PushPull,
+            handle,
+            vk,
+            vnum,
+            ok,
+            onum,
+            vals,
+            outs,
+            priority,
         )
-    };
-    two_phase(
-        "MXKVStorePushPull",
-        TwoPhase::PushPull,
-        handle,
-        vk,
-        vnum,
-        ok,
-        onum,
-        vals,
-        outs,
-        priority,
-    )
+    })
 }
 
 /// String-key form of [`MXKVStorePushPull`].
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStorePushPullEx(
+pub unsafe extern "C-unwind" fn MXKVStorePushPullEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
     vkeys: *mut *const c_char,
@@ -530,25 +553,27 @@ pub unsafe extern "C" fn MXKVStorePushPullEx(
     outs: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    // SAFETY: `vkeys` holds `vnum` strings and `okeys` holds `onum`, per the contract.
-    let (vk, ok) = unsafe {
-        (
-            str_keys(vkeys, vnum, "vkeys"),
-            str_keys(okeys, onum, "okeys"),
+    maybe_beside(|| {
+        // SAFETY: `vkeys` holds `vnum` strings and `okeys` holds `onum`, per the contract.
+        let (vk, ok) = unsafe {
+            (
+                str_keys(vkeys, vnum, "vkeys"),
+                str_keys(okeys, onum, "okeys"),
+            )
+        };
+        two_phase(
+            "MXKVStorePushPullEx",
+            TwoPhase::PushPull,
+            handle,
+            vk,
+            vnum,
+            ok,
+            onum,
+            vals,
+            outs,
+            priority,
         )
-    };
-    two_phase(
-        "MXKVStorePushPullEx",
-        TwoPhase::PushPull,
-        handle,
-        vk,
-        vnum,
-        ok,
-        onum,
-        vals,
-        outs,
-        priority,
-    )
+    })
 }
 
 type IntFn = unsafe extern "C" fn(c_int, NDArrayHandle, NDArrayHandle, *mut c_void);
@@ -556,10 +581,14 @@ type StrFn = unsafe extern "C" fn(*const c_char, NDArrayHandle, NDArrayHandle, *
 type ControllerFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void);
 
 // The trampolines of csrc/callbacks.cc: each calls its callback inside
-// try/catch and returns 0 (returned), 1 (threw a std::exception, whose
-// what() is copied NUL-terminated into `err`) or 2 (threw something else).
-// (Declared inside functions, where cbindgen does not look: they are not
-// part of the C API.)
+// try/catch (on the thread's own stack when the C API call runs on a second
+// stack, `boundary::beside`) and returns 0 (returned), 1 (threw a
+// std::exception, whose what() is copied NUL-terminated into `err`), 2
+// (threw something else) or 3 (ended its thread: pthread_exit or a
+// cancellation, which resumes once the C API call has returned here). Off a
+// `beside` call they unwind when the callback ends its thread (the library
+// then aborts, as Rust must on a foreign unwind it meets). (Declared inside
+// functions, where cbindgen does not look: they are not part of the C API.)
 
 /// `f(key, recv, local, user)` through its trampoline.
 ///
@@ -574,7 +603,7 @@ unsafe fn call_int_updater(
     err: *mut c_char,
     err_len: usize,
 ) -> c_int {
-    extern "C" {
+    extern "C-unwind" {
         fn mxkv_guarded_int_updater(
             f: IntFn,
             key: c_int,
@@ -602,7 +631,7 @@ unsafe fn call_str_updater(
     err: *mut c_char,
     err_len: usize,
 ) -> c_int {
-    extern "C" {
+    extern "C-unwind" {
         fn mxkv_guarded_str_updater(
             f: StrFn,
             key: *const c_char,
@@ -628,7 +657,7 @@ unsafe fn call_controller(
     err: *mut c_char,
     err_len: usize,
 ) -> c_int {
-    extern "C" {
+    extern "C-unwind" {
         fn mxkv_guarded_controller(
             f: ControllerFn,
             head: c_int,
@@ -663,6 +692,10 @@ fn guarded(
                 text.to_string_lossy()
             )))
         }
+        3 => Err(Error::new(format!(
+            "{} ended its thread (pthread_exit or cancellation); the thread ends when this call returns",
+            what()
+        ))),
         _ => Err(Error::new(format!(
             "{} threw a C++ exception (not a std::exception)",
             what()
@@ -672,14 +705,31 @@ fn guarded(
 
 /// An updater made of C callbacks. Each call hands the callee two new
 /// handles (`recv`, `local`) that the callee owns and frees. The callbacks
-/// return nothing; a C++ exception they throw (caught in csrc/callbacks.cc)
-/// or a panic on the way (none is expected) becomes the error of the push
-/// that ran the update.
+/// return nothing; a C++ exception they throw (caught in csrc/callbacks.cc),
+/// their thread's end (see the trampolines above) or a panic on the way
+/// (none is expected) becomes the error of the push that ran the update.
 struct CUpdater {
     int_fn: IntFn,
     str_fn: MXKVStoreStrUpdater,
     /// The caller's `updater_handle`, passed back unchanged.
     user: usize,
+}
+
+impl CUpdater {
+    fn new(int_fn: IntFn, str_fn: MXKVStoreStrUpdater, user: usize) -> CUpdater {
+        LIVE_C_UPDATERS.fetch_add(1, Ordering::AcqRel);
+        CUpdater {
+            int_fn,
+            str_fn,
+            user,
+        }
+    }
+}
+
+impl Drop for CUpdater {
+    fn drop(&mut self) {
+        LIVE_C_UPDATERS.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Updater for CUpdater {
@@ -746,11 +796,11 @@ fn set_updater(
     let int_fn = updater.ok_or_else(|| {
         Error::new("updater is NULL (a NULL callback would crash MXNet at the next push)")
     })?;
-    kv.store.set_updater(Some(Arc::new(CUpdater {
+    kv.store.set_updater(Some(Arc::new(CUpdater::new(
         int_fn,
-        str_fn: str_updater,
-        user: updater_handle as usize,
-    })));
+        str_updater,
+        updater_handle as usize,
+    ))));
     Ok(())
 }
 
@@ -765,6 +815,13 @@ fn set_updater(
 /// the old updater with the old `updater_handle`, so both must stay valid
 /// until every such call has returned. (MXNet's store is not safe to use from
 /// several threads at all.)
+///
+/// An updater may end its thread (`pthread_exit`, or a cancellation acted on
+/// inside it; CPython does so to a daemon thread at interpreter exit): the
+/// push then gives back what it holds and the thread ends as asked, with its
+/// exit value and cleanup handlers, as in MXNet. (While a C updater exists,
+/// pushes run on a second stack of the calling thread and the updater on the
+/// thread's own, so that the thread's unwind meets no Rust frame.)
 #[no_mangle]
 pub unsafe extern "C" fn MXKVStoreSetUpdater(
     handle: KVStoreHandle,
@@ -858,35 +915,37 @@ pub extern "C" fn MXKVStoreSetBarrierBeforeExit(
 /// commands still reach the controller) and returns `-1` with the first
 /// exception's text when it ends.
 #[no_mangle]
-pub unsafe extern "C" fn MXKVStoreRunServer(
+pub unsafe extern "C-unwind" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
     controller: MXKVStoreServerController,
     controller_handle: *mut c_void,
 ) -> c_int {
-    api_call("MXKVStoreRunServer", || {
-        let kv = kvstore(handle)?;
-        let user = controller_handle as usize;
-        let mut thrown: Option<Error> = None;
-        let mut call = |head: i32, body: &[u8]| {
-            if let Some(f) = controller {
-                let body = CString::new(body.to_vec()).unwrap_or_default();
-                let r = guarded(
-                    || format!("the server controller (command {head})"),
-                    // SAFETY: the caller's controller with MXNet's signature,
-                    // called through the trampoline; the body string lives
-                    // for the call and `err` holds `len` bytes.
-                    |err, len| unsafe {
-                        call_controller(f, head, body.as_ptr(), user as *mut c_void, err, len)
-                    },
-                );
-                if let Err(e) = r {
-                    thrown.get_or_insert(e);
+    beside(|| {
+        api_call("MXKVStoreRunServer", || {
+            let kv = kvstore(handle)?;
+            let user = controller_handle as usize;
+            let mut thrown: Option<Error> = None;
+            let mut call = |head: i32, body: &[u8]| {
+                if let Some(f) = controller {
+                    let body = CString::new(body.to_vec()).unwrap_or_default();
+                    let r = guarded(
+                        || format!("the server controller (command {head})"),
+                        // SAFETY: the caller's controller with MXNet's signature,
+                        // called through the trampoline; the body string lives
+                        // for the call and `err` holds `len` bytes.
+                        |err, len| unsafe {
+                            call_controller(f, head, body.as_ptr(), user as *mut c_void, err, len)
+                        },
+                    );
+                    if let Err(e) = r {
+                        thrown.get_or_insert(e);
+                    }
                 }
-            }
-        };
-        let r = kv.store.run_server(&mut call);
-        r?;
-        thrown.map_or(Ok(()), Err)
+            };
+            let r = kv.store.run_server(&mut call);
+            r?;
+            thrown.map_or(Ok(()), Err)
+        })
     })
 }
 
