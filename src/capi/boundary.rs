@@ -54,6 +54,39 @@ fn set_last_error(msg: String) {
     per_thread(&LAST_ERROR, &LAST_ERROR_ORPHANS, |e| *e = c);
 }
 
+extern "C" fn fork_prepare() {
+    crate::registry::hold_for_fork();
+}
+
+extern "C" fn fork_done() {
+    crate::registry::release_after_fork();
+}
+
+/// Installs the `pthread_atfork` handlers that keep a `fork()` from
+/// happening while another thread is inside a handle registry (the child
+/// would find its lock held forever). Run when the library is loaded (an ELF
+/// constructor, below), before any entry point can run: installed lazily by
+/// the first call, a fork made while another thread was installing them left
+/// the child waiting for the installation forever. Locks of single arrays and
+/// stores held by other threads at the fork stay held in the child, as in
+/// MXNet: a child must not use what other threads of the parent were using.
+extern "C" fn install_fork_handlers() {
+    // SAFETY: the handlers are plain functions that take or release a
+    // lock. They stay valid while the library is loaded, and glibc's
+    // pthread_atfork (from libc_nonshared.a, linked into this library)
+    // registers them under the library's __dso_handle, so that unloading
+    // the library unregisters them.
+    let rc = unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_done), Some(fork_done)) };
+    // ENOMEM only: forks then go unguarded, as before.
+    let _ = rc;
+}
+
+// The loader runs `install_fork_handlers` when it loads the library (or a
+// program linked with libmxkv.a), before `main` or `dlopen` returns.
+#[used]
+#[link_section = ".init_array"]
+static INSTALL_FORK_HANDLERS: extern "C" fn() = install_fork_handlers;
+
 /// Runs `body` for the entry point `name`: 0 on success; on error or panic,
 /// `-1` with `"{name}: {message}"` kept for `MXGetLastError`.
 pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Error>) -> c_int {
