@@ -18,6 +18,33 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// Counts the stores made by `MXKVStoreCreate` and not freed, and switches
+/// the keeping of big blocks (`bigalloc::keep`) on at the first and off
+/// after the last, under one lock: a Free that finds no store left and a
+/// Create on another thread cannot cross (keeping off with a store alive,
+/// or on with none).
+struct StoreCount(parking_lot::Mutex<usize>);
+
+impl StoreCount {
+    fn created(&self, keep: impl FnOnce(bool)) {
+        let mut n = self.0.lock();
+        *n += 1;
+        if *n == 1 {
+            keep(true);
+        }
+    }
+
+    fn freed(&self, keep: impl FnOnce(bool)) {
+        let mut n = self.0.lock();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            keep(false);
+        }
+    }
+}
+
+static STORES: StoreCount = StoreCount(parking_lot::Mutex::new(0));
+
 /// Creates a store. `type` is matched by substring, as MXNet does:
 /// `dist…` (distributed), `nccl` (refused: no NCCL), anything else local,
 /// with device communication when it contains `device`.
@@ -33,7 +60,7 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
         let type_c = CString::new(store.type_name()).expect("came from a C string");
         let h = KVSTORES.insert(Arc::new(KvHandle { store, type_c }));
         // while a store exists, freed big blocks are kept for its traffic
-        super::bigalloc::keep(true);
+        STORES.created(super::bigalloc::keep);
         // SAFETY: `out` is non-NULL and writable, per the contract.
         unsafe { write_out(out, h as KVStoreHandle, "out") }
     })
@@ -85,10 +112,8 @@ pub extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
         // a distributed worker's barrier before exit and node shutdown
         let closed = kv.store.close();
         drop(kv);
-        if KVSTORES.live() == 0 {
-            // no store left: the big blocks kept for reuse go back
-            super::bigalloc::keep(false);
-        }
+        // no store left: the big blocks kept for reuse go back
+        STORES.freed(super::bigalloc::keep);
         closed
     })
 }
@@ -979,4 +1004,56 @@ pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
         // SAFETY: `number` is NULL (checked) or writable, per the contract.
         unsafe { write_out(number, n, "number") }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreCount;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    /// The last store is freed while another thread creates one: the Free
+    /// switches keeping off and, while it does, the Create comes in. Keeping
+    /// must end on, with one store. (Before, the Free read the count and then
+    /// switched without a lock: the Create switched keeping on in between
+    /// and the Free's switch turned it off with the new store alive.)
+    #[test]
+    fn keeping_stays_on_when_a_create_crosses_the_last_free() {
+        let count = Arc::new(StoreCount(parking_lot::Mutex::new(0)));
+        let on = Arc::new(AtomicBool::new(false));
+        let set = |on: &Arc<AtomicBool>| {
+            let on = on.clone();
+            move |k: bool| on.store(k, Ordering::SeqCst)
+        };
+        count.created(set(&on));
+        assert!(on.load(Ordering::SeqCst));
+        let mut creator = None;
+        count.freed(|k| {
+            assert!(!k);
+            // another thread creates a store now
+            let (c, o) = (count.clone(), on.clone());
+            let (tx, rx) = mpsc::channel();
+            creator = Some(std::thread::spawn(move || {
+                c.created(move |k| o.store(k, Ordering::SeqCst));
+                let _ = tx.send(());
+            }));
+            // with the switch made under the count's lock the Create waits
+            // (this wait then times out); without, it is done in time
+            let _ = rx.recv_timeout(Duration::from_millis(300));
+            on.store(k, Ordering::SeqCst);
+        });
+        creator.expect("spawned").join().unwrap();
+        assert_eq!(*count.0.lock(), 1);
+        assert!(
+            on.load(Ordering::SeqCst),
+            "keeping is off with a store alive"
+        );
+        count.freed(set(&on));
+        assert!(
+            !on.load(Ordering::SeqCst),
+            "keeping stayed on with no store"
+        );
+        assert_eq!(*count.0.lock(), 0);
+    }
 }
