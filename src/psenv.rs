@@ -26,7 +26,8 @@ pub fn get(name: &str) -> Option<String> {
     if let Some(v) = VARS.read().as_ref().and_then(|m| m.get(name)) {
         return Some(v.clone());
     }
-    std::env::var(name).ok()
+    // bytes that are not UTF-8 count as set (kept as U+FFFD), as in MXNet
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
 /// `DMLC_ROLE`, defaulting to `worker`.

@@ -84,7 +84,11 @@ MXNET_DLL int MXNotifyShutdown(void);
 
 /*
  Records ps-lite environment variables (read before the process
- environment by the dist store and the node-role queries).
+ environment by the dist store and the node-role queries). Names and
+ values are bytes, as in MXNet (which keeps them as `std::string`): bytes
+ that are not UTF-8 are kept as U+FFFD, so that such a value still counts
+ as set and matches no role, number or address (MXNet's `DMLC_ROLE` of
+ `"work\xfe"` is neither a worker nor a server either).
  */
 MXNET_DLL int MXInitPSEnv(uint32_t num_vars, const char **keys, const char **vals);
 
@@ -430,8 +434,10 @@ MXNET_DLL int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
 MXNET_DLL int MXNDArraySave(const char *fname, uint32_t num_args, NDArrayHandle *args, const char **keys);
 
 /*
- Loads a `.params` file. The arrays are new handles the caller frees; the
- handle and name arrays stay valid until the next load on this thread.
+ Loads a `.params` file (formats V2, and V1 and V0 as MXNet 1.9.1 loads
+ them). The arrays are new handles the caller frees; the handle and name
+ arrays stay valid until the next load on this thread. A name holding a
+ NUL byte is cut there, as in MXNet.
  */
 MXNET_DLL int MXNDArrayLoad(const char *fname, uint32_t *out_size, NDArrayHandle **out_arr, uint32_t *out_name_size, const char ***out_names);
 

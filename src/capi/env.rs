@@ -3,7 +3,6 @@
 
 use super::args::{cstrs, write_out, KVSTORES, NDARRAYS};
 use super::boundary::api_call;
-use crate::error::Error;
 use crate::psenv;
 use std::os::raw::{c_char, c_int};
 
@@ -27,7 +26,11 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 }
 
 /// Records ps-lite environment variables (read before the process
-/// environment by the dist store and the node-role queries).
+/// environment by the dist store and the node-role queries). Names and
+/// values are bytes, as in MXNet (which keeps them as `std::string`): bytes
+/// that are not UTF-8 are kept as U+FFFD, so that such a value still counts
+/// as set and matches no role, number or address (MXNet's `DMLC_ROLE` of
+/// `"work\xfe"` is neither a worker nor a server either).
 #[no_mangle]
 pub unsafe extern "C" fn MXInitPSEnv(
     num_vars: u32,
@@ -42,16 +45,8 @@ pub unsafe extern "C" fn MXInitPSEnv(
                 cstrs(vals, num_vars as usize, "vals")?,
             )
         };
-        let text = |b: &[u8], what: &str| {
-            String::from_utf8(b.to_vec())
-                .map_err(|_| Error::new(format!("{what} is not valid UTF-8")))
-        };
-        let vars = k
-            .iter()
-            .zip(&v)
-            .map(|(k, v)| Ok((text(k, "a variable name")?, text(v, "a variable value")?)))
-            .collect::<Result<Vec<_>, Error>>()?;
-        psenv::set_vars(vars);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        psenv::set_vars(k.iter().zip(&v).map(|(k, v)| (text(k), text(v))));
         Ok(())
     })
 }
