@@ -705,8 +705,10 @@ pub unsafe extern "C" fn MXNDArraySave(
     })
 }
 
-/// Loads a `.params` file. The arrays are new handles the caller frees; the
-/// handle and name arrays stay valid until the next load on this thread.
+/// Loads a `.params` file (formats V2, and V1 and V0 as MXNet 1.9.1 loads
+/// them). The arrays are new handles the caller frees; the handle and name
+/// arrays stay valid until the next load on this thread. A name holding a
+/// NUL byte is cut there, as in MXNet.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayLoad(
     fname: *const c_char,
@@ -723,11 +725,12 @@ pub unsafe extern "C" fn MXNDArrayLoad(
             return Err(Error::new("an output pointer is NULL"));
         }
         let (arrays, names) = params::load_file(Path::new(OsStr::from_bytes(path)))?;
+        // A name holding a NUL byte ends there, as MXNet's C strings of it do.
         let names = names
             .into_iter()
-            .map(|n| {
-                CString::new(n)
-                    .map_err(|_| Error::new("an array name in the file contains a NUL byte"))
+            .map(|mut n| {
+                n.truncate(n.iter().position(|&b| b == 0).unwrap_or(n.len()));
+                CString::new(n).map_err(|_| Error::new("a name holds a NUL byte"))
             })
             .collect::<Result<Vec<_>>>()?;
         let n = u32::try_from(arrays.len()).map_err(|_| Error::new("too many arrays"))?;

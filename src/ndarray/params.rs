@@ -8,6 +8,11 @@
 //! has its storage shape before the shape, the aux types and shapes after
 //! the dtype, and its aux arrays' data after its own.
 //!
+//! Loading also reads what MXNet 1.9.1 loads: the V1 and V0 formats of
+//! before sparse arrays (see [`read_legacy`]). V3 (`0xF993FACA`, saved with
+//! np shape semantics on) is refused, as MXNet refuses it with them off; so
+//! are storage type -1 and ndim -1, which MXNet fails on too.
+//!
 //! Loading streams: every size read from the file is checked against the
 //! bytes the file still holds before anything is allocated for it (MXNet
 //! 1.9.1's `NDArray::Load` reads field by field too, and fails after 8 bytes
@@ -280,28 +285,36 @@ impl<R: Read> Reader<R> {
     fn fits(&self, n: u64) -> bool {
         self.left().map_or(true, |left| n <= left)
     }
-    /// A shape: any ndim from -1 (unknown, read as no dims) up to what the
-    /// file holds, as MXNet's `TShape::Load`, which has no other bound.
+    /// A shape as `TShape::Load` of MXNet 1.9.1 saves it: i32 ndim, i64
+    /// dims. An ndim of -1 (unknown) makes MXNet read a size_t(-8)-byte
+    /// buffer and fail (or overrun it), below -1 it refuses: both are
+    /// refused. Any other ndim up to what the file holds is read.
     fn shape(&mut self) -> Result<Shape> {
         let ndim = self.i32()?;
-        ensure!(ndim >= -1, "Invalid NDArray file format: ndim {ndim}");
-        let ndim = ndim.max(0) as usize;
+        ensure!(ndim >= 0, "Invalid NDArray file format: ndim {ndim}");
+        self.dims(ndim as u64, 8)
+    }
+    /// `ndim` dims of `width` bytes (8: i64; 4: u32, the V0 format's).
+    fn dims(&mut self, ndim: u64, width: u64) -> Result<Shape> {
         ensure!(
-            self.fits(ndim as u64 * 8),
+            self.fits(ndim * width),
             "Invalid NDArray file format: ndim {ndim} does not fit in the file"
         );
         let place = self.place;
         let what = || format!("a shape of ndim {ndim} in {place}");
         if self.len.is_some() {
-            room(ndim as u64 * 8, &what)?;
+            room(ndim * 8, &what)?;
         }
         // Reserved up to RESERVE_MAX dims; beyond, grown with the dims read.
         let mut dims = Vec::new();
-        dims.try_reserve_exact(ndim.min(RESERVE_MAX))
+        dims.try_reserve_exact((ndim as usize).min(RESERVE_MAX))
             .map_err(|e| Error::new(format!("out of memory reading {}: {e}", what())))?;
         for _ in 0..ndim {
             grow(&mut dims, &what)?;
-            dims.push(self.i64()?);
+            dims.push(match width {
+                4 => i64::from(self.u32()?),
+                _ => self.i64()?,
+            });
         }
         Ok(Shape(dims))
     }
@@ -461,28 +474,32 @@ fn read_array<R: Read>(r: &mut Reader<R>) -> Result<NDArray> {
     r.part = "magic";
     let magic = r.u32()?;
     match magic {
-        V2_MAGIC | V3_MAGIC => {}
-        V1_MAGIC => {
-            bail!("legacy NDArray format V1 is not supported; re-save the file with MXNet ≥ 1.0")
-        }
-        m => bail!("Invalid NDArray file format: array magic {m:#x}"),
+        V2_MAGIC => {}
+        V3_MAGIC => bail!(
+            "ndarray was saved in np shape semantics, must be loaded in the same semantics \
+             (MXNet 1.9.1 loads it only with np shape semantics on, which libmxkv does not have)"
+        ),
+        _ => return read_legacy(r, magic),
     }
     r.part = "storage type";
     let stype = r.i32()?;
     match stype {
         0 => {}
-        -1 => {
-            r.shape()?;
-            return Ok(NDArray::none());
-        }
         1 | 2 => return read_sparse(r, stype),
-        s => bail!("Invalid NDArray file format: storage type {s}"),
+        // MXNet: "Unknown storage type-1" (also for the none arrays it
+        // writes half of before failing)
+        s => bail!("Invalid NDArray file format: unknown storage type {s}"),
     }
     r.part = "shape";
     let shape = r.shape()?;
-    if shape.ndim() == 0 && magic == V2_MAGIC {
+    if shape.ndim() == 0 {
         return Ok(NDArray::none());
     }
+    read_dense(r, shape)
+}
+
+/// The context, dtype and data of a dense array of `shape`.
+fn read_dense<R: Read>(r: &mut Reader<R>, shape: Shape) -> Result<NDArray> {
     // The saved context is read and dropped: arrays load onto cpu(0), as in MXNet.
     r.part = "context";
     r.i32()?;
@@ -503,6 +520,37 @@ fn read_array<R: Read>(r: &mut Reader<R>) -> Result<NDArray> {
     }
     let data = r.take(nbytes, &|| format!("array of shape {shape}"))?;
     NDArray::from_bytes(shape, dtype, ctx, &data)
+}
+
+/// An array of the formats before V2, which MXNet 1.9.1 still loads
+/// (`NDArray::LegacyLoad`): no storage type, and either V1 (magic
+/// `0xF993FAC8`, then a shape as V2's) or V0 (no magic: the first word is
+/// the ndim, the dims are u32). Then the context, dtype and data as V2's.
+/// As in MXNet, a V1 shape with a dim of -1 is a none array, read no
+/// further; shapes of ndim 0 hold one element.
+fn read_legacy<R: Read>(r: &mut Reader<R>, magic: u32) -> Result<NDArray> {
+    r.part = "shape";
+    let shape = if magic == V1_MAGIC {
+        let shape = r.shape()?;
+        if let Some(&d) = shape.dims().iter().find(|&&d| d < -1) {
+            bail!("Invalid NDArray file format: dimension {d}");
+        }
+        if shape.dims().contains(&-1) {
+            return Ok(NDArray::none());
+        }
+        shape
+    } else {
+        // MXNet makes the word an int ndim: from 2^31 on it is negative,
+        // and refused (0xFFFFFFFF, -1, first makes it allocate 16 GiB).
+        ensure!(
+            magic <= i32::MAX as u32,
+            "Invalid NDArray file format: array magic {magic:#x} is no known version, and as \
+             the ndim of a V0 array it is negative ({})",
+            magic as i32
+        );
+        r.dims(u64::from(magic), 4)?
+    };
+    read_dense(r, shape)
 }
 
 /// Bytes of an array of `shape` and `dtype` (an error when they overflow).
@@ -547,6 +595,10 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     let storage_shape = r.shape()?;
     r.part = "shape";
     let shape = r.shape()?;
+    if shape.ndim() == 0 {
+        // as MXNet: a none array, read no further
+        return Ok(NDArray::none());
+    }
     r.part = "context";
     r.i32()?;
     r.i32()?;
@@ -770,6 +822,49 @@ mod tests {
         let start = ends.iter().copied().filter(|&e| e <= cut).max().unwrap();
         let end = ends.iter().copied().filter(|&e| e > cut).min().unwrap();
         (start, end - start)
+    }
+
+    /// V1 and V0 arrays (MXNet 1.9.1's `LegacyLoad`) load from a file and a
+    /// pipe alike; a V1 dim of -1 is a none array read no further.
+    #[test]
+    fn legacy_formats_load() {
+        let mut b = words(&[LIST_MAGIC, 0, 3]);
+        // V1: float64 [2], on gpu(1) (loaded on cpu(0))
+        b.extend_from_slice(&V1_MAGIC.to_le_bytes());
+        b.extend_from_slice(&1i32.to_le_bytes());
+        b.extend_from_slice(&words(&[2]));
+        for v in [2i32, 1, 1] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(bytemuck::cast_slice(&[0.1f64, -3.0]));
+        // V0: int32 [1, 2] (u32 dims)
+        for v in [2u32, 1, 2, 1, 0, 4] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(bytemuck::cast_slice(&[-7i32, 9]));
+        // V1 with a dim of -1: none, nothing more read
+        b.extend_from_slice(&V1_MAGIC.to_le_bytes());
+        b.extend_from_slice(&1i32.to_le_bytes());
+        b.extend_from_slice(&(-1i64).to_le_bytes());
+        b.extend_from_slice(&words(&[0]));
+        for (arrays, names) in [load(&b).unwrap(), stream(&b).unwrap()] {
+            assert!(names.is_empty());
+            assert_eq!(arrays[0].shape().dims(), &[2]);
+            assert_eq!(arrays[0].ctx(), Context::CPU0);
+            assert_eq!(arrays[0].read().typed::<f64>(), &[0.1, -3.0]);
+            assert_eq!(arrays[1].shape().dims(), &[1, 2]);
+            assert_eq!(arrays[1].read().typed::<i32>(), &[-7, 9]);
+            assert!(arrays[2].is_none());
+        }
+        // V0 whose ndim, as an int, is negative: refused.
+        let mut b = words(&[LIST_MAGIC, 0, 1]);
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        b.extend_from_slice(&words(&[0]));
+        let msg = load(&b).unwrap_err().message().to_string();
+        assert!(
+            msg.contains("array magic 0xffffffff is no known version"),
+            "{msg}"
+        );
     }
 
     /// A file shorter than it claims names the item and the part it ends in.
