@@ -11,9 +11,12 @@
 //! that stopped reading gives an error, not a hang); each DEALER has a
 //! socket monitor, and a lost connection is reported to the handler as
 //! [`Event::Disconnected`]; a frame that is not a ps-lite message is dropped
-//! with a log line and the node goes on; the receive thread wakes at least
-//! every [`TICK`] (the handler gets [`Event::Tick`] for heartbeats and
-//! deadlines) and ends in bounded time on [`Van::stop`].
+//! with a log line (at most [`DROP_LOG_LINES`] per [`DROP_LOG_WINDOW`]) and
+//! the node goes on; the receive thread wakes at least every [`TICK`] (the
+//! handler gets [`Event::Tick`] for heartbeats and deadlines) and ends in
+//! bounded time on [`Van::stop`]. As in ps-lite, a call a signal interrupts
+//! (EINTR) is made again, and a multipart message is never left half sent.
+//! With `DMLC_LOCAL` the ROUTER's socket file is removed when the van stops.
 //!
 //! Large messages need no fresh memory once a store runs: libzmq allocates
 //! every received message, and a value sent with [`Van::send_copying`] is
