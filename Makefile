@@ -104,7 +104,10 @@ ctest-valgrind: tools $(addprefix build/ctests/,$(CTESTS))
 build/ctests-dist/dist_worker: ctests/dist/dist_worker.c ctests/check.h build
 	@mkdir -p build/ctests-dist
 	$(CC) $(CFLAGS_TEST) $< -o $@ $(LDLIBS_TEST)
-ctest-dist: build/ctests-dist/dist_worker
+build/ctests-dist/fork_worker: ctests/dist/fork_worker.c ctests/check.h build
+	@mkdir -p build/ctests-dist
+	$(CC) $(CFLAGS_TEST) $< -o $@ $(LDLIBS_TEST)
+ctest-dist: build/ctests-dist/dist_worker build/ctests-dist/fork_worker
 	@set -e; for keys in int str; do for s in 1 2; do \
 	  echo "== dist_worker ($$keys keys, 2 workers, $$s servers)"; \
 	  MXNET_KVSTORE_BIGARRAY_BOUND=20 MXKV_TIMEOUT_S=60 timeout -k 10 150 $(PYTHON) \
@@ -113,6 +116,10 @@ ctest-dist: build/ctests-dist/dist_worker
 	    || { cat build/ctests-dist/log; exit 1; }; \
 	  cat build/ctests-dist/log; test "$$(grep -c 'DIST C OK' build/ctests-dist/log)" = 2; \
 	done; done
+	@echo "== fork_worker (a forked child frees its parent's dist store)"; \
+	  MXKV_TIMEOUT_S=60 timeout -k 10 150 $(PYTHON) bindings/python/mxkv_launch.py -n 2 -s 1 --timeout 120 -- \
+	    ./build/ctests-dist/fork_worker > build/ctests-dist/log 2>&1 || { cat build/ctests-dist/log; exit 1; }; \
+	  cat build/ctests-dist/log; test "$$(grep -c 'DIST FORK OK' build/ctests-dist/log)" = 2
 
 ## ABI: MXNet 1.9.1's own c_api.h and ours in one translation unit, -Werror.
 abi: venv-ref
