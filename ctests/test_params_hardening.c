@@ -13,7 +13,11 @@
  *     whatever the memory run);
  *   - MXNDArrayLoad of a pipe whose header claims a 1 TiB array, followed by
  *     endless zeros, returns -1 when its buffer, grown with the bytes read,
- *     cannot grow (it aborted; MXNet: "Failed to allocate CPU Memory").
+ *     cannot grow (it aborted; MXNet: "Failed to allocate CPU Memory");
+ *   - MXNDArraySave streams the arrays to the file (it built the whole file
+ *     in memory first: saving 128 MiB grew the peak RSS by 128 MiB), and a
+ *     failed write removes the half-written regular file and says so (a
+ *     device such as /dev/full is left alone).
  * The whole test runs under alarm(120).
  */
 #include "check.h"
@@ -373,6 +377,102 @@ static void test_huge_claims(const char *path) {
   }
 }
 
+static long max_rss_kb(void) {
+  struct rusage u;
+  CHECK(getrusage(RUSAGE_SELF, &u) == 0);
+  return u.ru_maxrss;
+}
+
+/* Runs `fn(path)` in a child, which must exit 0. */
+static void in_child(void (*fn)(const char *), const char *path) {
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    fn(path);
+    _exit(0);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "child %s %d\n", WIFSIGNALED(status) ? "killed by signal" : "exited with",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    exit(1);
+  }
+}
+
+/* Saving 128 MiB grows the peak RSS by far less than 128 MiB: the file is
+   not built in memory (a fresh child: its peak RSS is its own). */
+static void save_streams(const char *path) {
+  uint32_t n = 32u << 20; /* float32: 128 MiB */
+  NDArrayHandle a = NULL;
+  CHECK_OK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_F32, &a));
+  float *p = NULL;
+  CHECK_OK(MXNDArrayGetData(a, (void **)&p));
+  for (uint32_t i = 0; i < n; i++) p[i] = (float)(i % 1000);
+  const char *key = "big";
+  long rss = max_rss_kb();
+  CHECK_OK(MXNDArraySave(path, 1, &a, &key));
+  long grew = max_rss_kb() - rss;
+  if (grew >= 48 * 1024) {
+    fprintf(stderr, "saving 128 MiB grew the peak RSS by %ld kB\n", grew);
+    exit(1);
+  }
+  CHECK_OK(MXNDArrayFree(a));
+  /* what was written loads back */
+  uint32_t cnt = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **names = NULL;
+  CHECK_OK(MXNDArrayLoad(path, &cnt, &arr, &nn, &names));
+  CHECK(cnt == 1 && nn == 1 && strcmp(names[0], "big") == 0);
+  CHECK_OK(MXNDArrayGetData(arr[0], (void **)&p));
+  for (uint32_t i = 0; i < n; i += 4099) CHECK(p[i] == (float)(i % 1000));
+  CHECK(p[n - 1] == (float)((n - 1) % 1000));
+  CHECK_OK(MXNDArrayFree(arr[0]));
+}
+
+/* A write that fails (the file size limit: EFBIG) leaves no half file. */
+static void save_fails_midway(const char *path) {
+  signal(SIGXFSZ, SIG_IGN);
+  struct rlimit r;
+  r.rlim_cur = r.rlim_max = 1 << 20;
+  CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
+  uint32_t n = 1u << 20; /* float32: 4 MiB */
+  NDArrayHandle a = NULL;
+  CHECK_OK(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_F32, &a));
+  CHECK_ERR(MXNDArraySave(path, 1, &a, NULL), "MXNDArraySave: cannot write ");
+  CHECK(strstr(MXGetLastError(), "(the partial file was removed)") != NULL);
+  CHECK(access(path, F_OK) != 0);
+  CHECK_OK(MXNDArrayFree(a));
+}
+
+static void test_save(const char *path) {
+  in_child(save_streams, path);
+  in_child(save_fails_midway, path);
+  /* a device is written to, never removed */
+  if (access("/dev/full", W_OK) == 0) {
+    NDArrayHandle a = make_f32(2, (const float[]){1, 2});
+    CHECK_ERR(MXNDArraySave("/dev/full", 1, &a, NULL), "MXNDArraySave: cannot write /dev/full: ");
+    CHECK(strstr(MXGetLastError(), "removed") == NULL);
+    CHECK(access("/dev/full", F_OK) == 0);
+    CHECK_OK(MXNDArrayFree(a));
+  }
+  /* a bad array: refused before the file is opened (it is left as it was) */
+  NDArrayHandle a = make_f32(2, (const float[]){1, 2}), none = NULL;
+  CHECK_OK(MXNDArrayCreateNone(&none));
+  const char *key = "kept";
+  CHECK_OK(MXNDArraySave(path, 1, &a, &key));
+  NDArrayHandle two[2] = {a, none};
+  CHECK_ERR(MXNDArraySave(path, 2, two, NULL), "Unknown storage type-1");
+  uint32_t cnt = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **names = NULL;
+  CHECK_OK(MXNDArrayLoad(path, &cnt, &arr, &nn, &names));
+  CHECK(cnt == 1 && nn == 1 && strcmp(names[0], "kept") == 0);
+  NDArrayHandle hs[3] = {a, none, arr[0]};
+  for (int i = 0; i < 3; i++) CHECK_OK(MXNDArrayFree(hs[i]));
+}
+
 int main(void) {
   alarm(120); /* nothing here may take long: a hang is a failure */
   atexit(remove_tmp);
@@ -383,6 +483,8 @@ int main(void) {
   test_negative_cpu_dev_id();
   CHECK_LIVE(g_start);
   test_huge_claims(a);
+  test_save(a);
+  CHECK_LIVE(g_start);
   printf("test_params_hardening: all checks passed\n");
   return 0;
 }

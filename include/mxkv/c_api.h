@@ -430,6 +430,8 @@ MXNET_DLL int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
 
 /*
  Saves arrays (and names, unless `keys` is NULL) in MXNet's `.params` format.
+ Everything is checked before the file is opened; the arrays are streamed
+ to it, and a regular file left half-written by a failed write is removed.
  */
 MXNET_DLL int MXNDArraySave(const char *fname, uint32_t num_args, NDArrayHandle *args, const char **keys);
 

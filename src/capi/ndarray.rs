@@ -677,6 +677,8 @@ pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
 }
 
 /// Saves arrays (and names, unless `keys` is NULL) in MXNet's `.params` format.
+/// Everything is checked before the file is opened; the arrays are streamed
+/// to it, and a regular file left half-written by a failed write is removed.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArraySave(
     fname: *const c_char,
@@ -698,10 +700,7 @@ pub unsafe extern "C" fn MXNDArraySave(
             (path, arrays, names)
         };
         let names: Vec<Vec<u8>> = names.into_iter().map(<[u8]>::to_vec).collect();
-        let bytes = params::save(&arrays, &names)?;
-        let path = Path::new(OsStr::from_bytes(path));
-        std::fs::write(path, bytes)
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+        params::save_file(Path::new(OsStr::from_bytes(path)), &arrays, &names)
     })
 }
 

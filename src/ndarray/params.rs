@@ -31,10 +31,11 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use super::dtype::DType;
+use super::sparse::Parts;
 use super::{Context, NDArray, Shape, StorageType, MAX_BYTES};
 use crate::error::{Error, Result};
 use crate::{bail, ensure};
@@ -44,68 +45,121 @@ const V1_MAGIC: u32 = 0xF993_FAC8;
 const V2_MAGIC: u32 = 0xF993_FAC9;
 const V3_MAGIC: u32 = 0xF993_FACA;
 
-/// Serialises `arrays` (and their names, if any) into `.params` bytes.
-pub fn save(arrays: &[NDArray], names: &[Vec<u8>]) -> Result<Vec<u8>> {
+/// An array checked for saving, with the parts a sparse one is written from.
+enum Saved<'a> {
+    Dense(&'a NDArray),
+    Sparse(&'a NDArray, Parts),
+}
+
+/// Checks everything a save needs before anything is written (MXNet writes
+/// the records before a bad array, then fails): the names, each array's
+/// storage, and a sparse array's format.
+fn check_save<'a>(arrays: &'a [NDArray], names: &[Vec<u8>]) -> Result<Vec<Saved<'a>>> {
     ensure!(
         names.is_empty() || names.len() == arrays.len(),
         "{} names for {} arrays",
         names.len(),
         arrays.len()
     );
-    let mut out = Vec::new();
-    out.extend_from_slice(&LIST_MAGIC.to_le_bytes());
-    out.extend_from_slice(&0u64.to_le_bytes());
-    out.extend_from_slice(&(arrays.len() as u64).to_le_bytes());
+    arrays
+        .iter()
+        .map(|a| match a.stype() {
+            StorageType::Undefined => {
+                bail!("Unknown storage type-1: cannot save an empty NDArray (MXNDArrayCreateNone)")
+            }
+            StorageType::Default => Ok(Saved::Dense(a)),
+            StorageType::RowSparse | StorageType::Csr => {
+                a.check_format(false)?;
+                Ok(Saved::Sparse(a, a.parts()?))
+            }
+        })
+        .collect()
+}
+
+/// Writes checked arrays and their names to `out`, streaming each array's
+/// bytes from its storage.
+fn write_saved<W: Write>(out: &mut W, arrays: &[Saved], names: &[Vec<u8>]) -> io::Result<()> {
+    out.write_all(&LIST_MAGIC.to_le_bytes())?;
+    out.write_all(&0u64.to_le_bytes())?;
+    out.write_all(&(arrays.len() as u64).to_le_bytes())?;
     for a in arrays {
-        write_array(&mut out, a)?;
+        write_array(out, a)?;
     }
-    out.extend_from_slice(&(names.len() as u64).to_le_bytes());
+    out.write_all(&(names.len() as u64).to_le_bytes())?;
     for n in names {
-        out.extend_from_slice(&(n.len() as u64).to_le_bytes());
-        out.extend_from_slice(n);
+        out.write_all(&(n.len() as u64).to_le_bytes())?;
+        out.write_all(n)?;
     }
+    Ok(())
+}
+
+/// Serialises `arrays` (and their names, if any) into `.params` bytes.
+pub fn save(arrays: &[NDArray], names: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let saved = check_save(arrays, names)?;
+    let mut out = Vec::new();
+    write_saved(&mut out, &saved, names).map_err(|e| Error::new(e.to_string()))?;
     Ok(out)
 }
 
-fn write_shape(out: &mut Vec<u8>, shape: &Shape) {
-    out.extend_from_slice(&(shape.ndim() as i32).to_le_bytes());
-    for d in shape.dims() {
-        out.extend_from_slice(&d.to_le_bytes());
-    }
+/// Saves `arrays` (and their names, if any) to the file at `path`: checked
+/// first, nothing written when a check fails; then streamed through a
+/// buffer, never held whole in memory. When a write fails, a regular file
+/// left half-written is removed (a pipe or device is left alone).
+pub fn save_file(path: &Path, arrays: &[NDArray], names: &[Vec<u8>]) -> Result<()> {
+    let saved = check_save(arrays, names)?;
+    let file = File::create(path)
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    let regular = file.metadata().is_ok_and(|m| m.is_file());
+    let mut out = BufWriter::new(file);
+    let written = write_saved(&mut out, &saved, names).and_then(|()| out.flush());
+    drop(out);
+    let Err(e) = written else {
+        return Ok(());
+    };
+    let removed = regular && std::fs::remove_file(path).is_ok();
+    bail!(
+        "cannot write {}: {e}{}",
+        path.display(),
+        if removed {
+            " (the partial file was removed)"
+        } else {
+            ""
+        }
+    )
 }
 
-fn write_array(out: &mut Vec<u8>, a: &NDArray) -> Result<()> {
-    out.extend_from_slice(&V2_MAGIC.to_le_bytes());
-    out.extend_from_slice(&a.stype().code().to_le_bytes());
-    match a.stype() {
-        StorageType::Undefined => {
-            bail!("Unknown storage type-1: cannot save an empty NDArray (MXNDArrayCreateNone)")
-        }
-        StorageType::Default => {}
-        StorageType::RowSparse | StorageType::Csr => {
-            a.check_format(false)?;
-            let parts = a.parts()?;
-            write_shape(out, parts.data.shape());
-            write_shape(out, a.shape());
-            out.extend_from_slice(&a.ctx().dev_type.to_le_bytes());
-            out.extend_from_slice(&a.ctx().dev_id.to_le_bytes());
-            out.extend_from_slice(&a.dtype().code().to_le_bytes());
-            for aux in &parts.aux {
-                out.extend_from_slice(&aux.dtype().code().to_le_bytes());
-                write_shape(out, aux.shape());
-            }
-            out.extend_from_slice(parts.data.read().bytes());
-            for aux in &parts.aux {
-                out.extend_from_slice(aux.read().bytes());
-            }
-            return Ok(());
-        }
+fn write_shape<W: Write>(out: &mut W, shape: &Shape) -> io::Result<()> {
+    out.write_all(&(shape.ndim() as i32).to_le_bytes())?;
+    for d in shape.dims() {
+        out.write_all(&d.to_le_bytes())?;
     }
-    write_shape(out, a.shape());
-    out.extend_from_slice(&a.ctx().dev_type.to_le_bytes());
-    out.extend_from_slice(&a.ctx().dev_id.to_le_bytes());
-    out.extend_from_slice(&a.dtype().code().to_le_bytes());
-    out.extend_from_slice(a.read().bytes());
+    Ok(())
+}
+
+fn write_array<W: Write>(out: &mut W, saved: &Saved) -> io::Result<()> {
+    let a = match saved {
+        Saved::Dense(a) | Saved::Sparse(a, _) => a,
+    };
+    out.write_all(&V2_MAGIC.to_le_bytes())?;
+    out.write_all(&a.stype().code().to_le_bytes())?;
+    if let Saved::Sparse(_, parts) = saved {
+        write_shape(out, parts.data.shape())?;
+    }
+    write_shape(out, a.shape())?;
+    out.write_all(&a.ctx().dev_type.to_le_bytes())?;
+    out.write_all(&a.ctx().dev_id.to_le_bytes())?;
+    out.write_all(&a.dtype().code().to_le_bytes())?;
+    let Saved::Sparse(_, parts) = saved else {
+        return out.write_all(a.read().bytes());
+    };
+    for aux in &parts.aux {
+        out.write_all(&aux.dtype().code().to_le_bytes())?;
+        write_shape(out, aux.shape())?;
+    }
+    out.write_all(parts.data.read().bytes())?;
+    for aux in &parts.aux {
+        out.write_all(aux.read().bytes())?;
+    }
     Ok(())
 }
 
