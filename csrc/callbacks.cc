@@ -33,6 +33,7 @@
 #include <cstring>
 #include <cxxabi.h>
 #include <exception>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -285,4 +286,22 @@ extern "C" int mxkv_run_beside(body_fn body, void *data) {
   current = b.outer;
   give_stack(st);
   return 0;
+}
+
+// Thread cancellation while the library works: a cancellation request acted
+// on inside the library (its file I/O and sleeps are cancellation points)
+// would unwind Rust frames like a callback's pthread_exit. Every C API call
+// turns cancellation off on entry (mxkv_cancel_off returns the caller's
+// state) and puts the caller's state back on return (mxkv_cancel_set), and
+// callbacks run with the caller's state; a request made meanwhile is acted
+// on at the caller's next cancellation point.
+extern "C" int mxkv_cancel_off() {
+  int old = PTHREAD_CANCEL_ENABLE;
+  if (pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old) != 0) return PTHREAD_CANCEL_ENABLE;
+  return old;
+}
+
+extern "C" void mxkv_cancel_set(int state) {
+  int old;
+  pthread_setcancelstate(state, &old);
 }

@@ -11,7 +11,7 @@
 
 use crate::error::Error;
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::mem::ManuallyDrop;
@@ -87,9 +87,53 @@ extern "C" fn install_fork_handlers() {
 #[link_section = ".init_array"]
 static INSTALL_FORK_HANDLERS: extern "C" fn() = install_fork_handlers;
 
+extern "C" {
+    // csrc/callbacks.cc: turn thread cancellation off, returning the state
+    // it had; set a state returned by `mxkv_cancel_off`.
+    fn mxkv_cancel_off() -> c_int;
+    fn mxkv_cancel_set(state: c_int);
+}
+
+thread_local! {
+    /// The cancellation state of the innermost C API call's caller, for the
+    /// callbacks the call makes.
+    static CALLER_CANCEL: Cell<Option<c_int>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (a user callback call) with the thread's cancellation state as
+/// the C API's caller had it, and turns cancellation off again after it.
+pub(crate) fn with_caller_cancel_state<R>(f: impl FnOnce() -> R) -> R {
+    let Some(state) = CALLER_CANCEL.try_with(Cell::get).ok().flatten() else {
+        return f();
+    };
+    // SAFETY: sets the calling thread's cancellation state to one
+    // `mxkv_cancel_off` returned; no other effect.
+    unsafe { mxkv_cancel_set(state) };
+    let r = f();
+    // SAFETY: as above; turns cancellation off again, as on entry.
+    unsafe { mxkv_cancel_off() };
+    r
+}
+
 /// Runs `body` for the entry point `name`: 0 on success; on error or panic,
-/// `-1` with `"{name}: {message}"` kept for `MXGetLastError`.
+/// `-1` with `"{name}: {message}"` kept for `MXGetLastError`. Thread
+/// cancellation is off meanwhile (a request is acted on at the caller's next
+/// cancellation point; see csrc/callbacks.cc), except in user callbacks.
 pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Error>) -> c_int {
+    // SAFETY: only changes the calling thread's cancellation state, which is
+    // put back below.
+    let caller = unsafe { mxkv_cancel_off() };
+    let outer = CALLER_CANCEL.try_with(|c| c.replace(Some(caller))).ok();
+    let rc = api_call_inner(name, body);
+    if let Some(outer) = outer {
+        let _ = CALLER_CANCEL.try_with(|c| c.set(outer));
+    }
+    // SAFETY: the state `mxkv_cancel_off` returned on entry.
+    unsafe { mxkv_cancel_set(caller) };
+    rc
+}
+
+fn api_call_inner(name: &'static str, body: impl FnOnce() -> Result<(), Error>) -> c_int {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {

@@ -5,7 +5,7 @@ use super::args::{
     cstr, cstrs, int_keys, kvstore, ndarrays, new_handle, str_keys, write_out, KeyArgs, KvHandle,
     KVSTORES,
 };
-use super::boundary::{api_call, beside};
+use super::boundary::{api_call, beside, with_caller_cancel_state};
 use super::{
     mx_uint, KVStoreHandle, MXKVStoreServerController, MXKVStoreStrUpdater, MXKVStoreUpdater,
     NDArrayHandle,
@@ -706,7 +706,8 @@ fn guarded(
     call: impl FnOnce(*mut c_char, usize) -> c_int,
 ) -> Result<()> {
     let mut err = [0 as c_char; WHAT_LEN];
-    match call(err.as_mut_ptr(), err.len()) {
+    let code = with_caller_cancel_state(|| call(err.as_mut_ptr(), err.len()));
+    match code {
         0 => Ok(()),
         1 => {
             // SAFETY: the trampoline NUL-terminated `err` within its length.
