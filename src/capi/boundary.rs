@@ -87,11 +87,26 @@ extern "C" fn install_fork_handlers() {
 #[link_section = ".init_array"]
 static INSTALL_FORK_HANDLERS: extern "C" fn() = install_fork_handlers;
 
-extern "C" {
-    // csrc/callbacks.cc: turn thread cancellation off, returning the state
-    // it had; set a state returned by `mxkv_cancel_off`.
-    fn mxkv_cancel_off() -> c_int;
-    fn mxkv_cancel_set(state: c_int);
+// csrc/callbacks.cc: turn thread cancellation off, returning the state it
+// had; set a state returned by `mxkv_cancel_off`. (Declared inside functions,
+// where cbindgen does not look: they are not part of the C API.)
+
+/// Turns the calling thread's cancellation off; returns the state it had.
+fn cancel_off() -> c_int {
+    extern "C" {
+        fn mxkv_cancel_off() -> c_int;
+    }
+    // SAFETY: only changes the calling thread's cancellation state.
+    unsafe { mxkv_cancel_off() }
+}
+
+/// Sets the calling thread's cancellation state to one `cancel_off` returned.
+fn cancel_set(state: c_int) {
+    extern "C" {
+        fn mxkv_cancel_set(state: c_int);
+    }
+    // SAFETY: only changes the calling thread's cancellation state.
+    unsafe { mxkv_cancel_set(state) }
 }
 
 thread_local! {
@@ -106,12 +121,10 @@ pub(crate) fn with_caller_cancel_state<R>(f: impl FnOnce() -> R) -> R {
     let Some(state) = CALLER_CANCEL.try_with(Cell::get).ok().flatten() else {
         return f();
     };
-    // SAFETY: sets the calling thread's cancellation state to one
-    // `mxkv_cancel_off` returned; no other effect.
-    unsafe { mxkv_cancel_set(state) };
+    cancel_set(state);
     let r = f();
-    // SAFETY: as above; turns cancellation off again, as on entry.
-    unsafe { mxkv_cancel_off() };
+    // off again, as on entry
+    cancel_off();
     r
 }
 
@@ -120,16 +133,14 @@ pub(crate) fn with_caller_cancel_state<R>(f: impl FnOnce() -> R) -> R {
 /// cancellation is off meanwhile (a request is acted on at the caller's next
 /// cancellation point; see csrc/callbacks.cc), except in user callbacks.
 pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Error>) -> c_int {
-    // SAFETY: only changes the calling thread's cancellation state, which is
-    // put back below.
-    let caller = unsafe { mxkv_cancel_off() };
+    // (put back below)
+    let caller = cancel_off();
     let outer = CALLER_CANCEL.try_with(|c| c.replace(Some(caller))).ok();
     let rc = api_call_inner(name, body);
     if let Some(outer) = outer {
         let _ = CALLER_CANCEL.try_with(|c| c.set(outer));
     }
-    // SAFETY: the state `mxkv_cancel_off` returned on entry.
-    unsafe { mxkv_cancel_set(caller) };
+    cancel_set(caller);
     rc
 }
 
