@@ -176,3 +176,31 @@ def test_a_real_mxnet_worker_with_a_numpy_lr_on_our_server(tmp_path, mxnet_made,
     else:
         assert len(refusals) == 1 and "dtype 'c8' is not a bool, int or float" in refusals[0] \
             and 'No optimizer was installed from it' in refusals[0], out
+
+
+MXKV_WORKER = r"""
+import os
+import numpy as np
+import mxkv as mx
+kv = mx.kv.create('dist_sync')
+if os.environ.get('DMLC_ROLE') == 'worker':
+    kv.set_optimizer(mx.optimizer.SGD(learning_rate=np.float32(0.1),
+                                      rescale_grad=np.float64(0.5)))
+    kv.init(3, mx.nd.ones((4,)))
+    kv.push(3, mx.nd.ones((4,)) * 4)
+    out = mx.nd.zeros((4,))
+    kv.pull(3, out=out)
+    print('pulled %s' % out.asnumpy().tolist(), flush=True)
+"""
+
+
+def test_an_mxkv_worker_sends_numpy_hyper_parameters(tmp_path, mxkv):
+    """np.float32(0.1) has bytes >= 0x80 (MXNet's own worker fails in py_str on them):
+    ours sends them escaped, and our server applies SGD with lr 0.1 and rescale 0.5"""
+    script = tmp_path / 'worker.py'
+    script.write_text(MXKV_WORKER)
+    code, out = launch(str(script), 1, 1, timeout=60, node_timeout=30)
+    assert code == 0, out
+    want = float(np.float32(1) - np.float32(0.1) * np.float32(2))
+    assert '[worker 0] pulled %s' % ([want] * 4) in out, out
+    assert 'refused' not in out, out

@@ -15,9 +15,15 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     strings are written as ``\\uXXXX`` escapes, which protocol 0 reads back), so it
     survives ``py_str``/``c_str`` and the C string of ``MXKVStoreSendCommmandToServers``.
     Only mxkv's built-in optimizer and lr-scheduler classes, holding plain values
-    (``None``, ``bool``, ``int``, ``float``, ``str``, ``tuple``, ``list``, ``dict``), can be
-    sent; anything else raises :class:`UnsendableOptimizerError` on the worker, naming
-    the attribute and its type (what the server would refuse is refused before sending).
+    (``None``, ``bool``, ``int``, ``float``, ``str``, ``tuple``, ``list``, ``dict``, and
+    numpy bool, int and float scalars), can be sent; anything else raises
+    :class:`UnsendableOptimizerError` on the worker, naming the attribute and its type
+    (what the server would refuse is refused before sending).  A numpy scalar is written
+    as MXNet's pickle writes it (``numpy.core.multiarray.scalar(numpy.dtype(code, False,
+    True), _codecs.encode(its bytes as latin-1 text, 'latin1'))``), the text escaped like
+    every other string: MXNet's own worker fails in ``py_str`` (``UnicodeDecodeError``)
+    when a byte of the value is 0x80 or more (``np.float32(0.1)``), ours sends
+    ``\\u00cd``, which any server, MXNet's included, reads back into the same scalar.
 
 ``loads(body) -> Optimizer``
     The server side: a restricted unpickler.  It accepts only the built-in optimizer
@@ -67,10 +73,13 @@ class of the object concerned (``mxkv.optimizer.optimizer.SGD`` for a wrong attr
 ``builtins.set`` for a set value), or ``None`` (size, opcode count, malformed body).
 """
 import _compat_pickle
+import codecs
 import copyreg
 import io
 import pickle
 import struct
+
+import numpy as np
 
 from .base import MXNetError
 
@@ -94,6 +103,7 @@ LR_SCHEDULERS = ('FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
 _MX_OPT_MODULE = 'mxnet.optimizer.optimizer'
 _MX_LRS_MODULE = 'mxnet.lr_scheduler'
 _PLAIN = (type(None), bool, int, float, str, tuple, list, dict)
+_BUILTIN_FUNCTION = type(codecs.encode)
 
 
 class RefusedPickleError(pickle.UnpicklingError, MXNetError):
@@ -142,6 +152,12 @@ class _Tables(object):
                              for klass in self.mx_name}
             self.attrs = {klass: frozenset(state) for klass, state in self.defaults.items()}
             self.np_scalars = _np_scalar_types()
+            # what a numpy scalar's pickle calls -> the (module, name) dumps writes for it
+            # (numpy.core.multiarray, as MXNet's numpy 1.x has it, whatever numpy runs here)
+            self.np_globals = {np.float32(0).__reduce__()[0]: ('numpy.core.multiarray',
+                                                               'scalar'),
+                               np.dtype: ('numpy', 'dtype'),
+                               codecs.encode: ('_codecs', 'encode')}
             cls._done = self
         return cls._done
 
@@ -193,6 +209,8 @@ def _check_sendable(optimizer, tables):
         if id(obj) in seen:
             continue
         seen.add(id(obj))
+        if isinstance(obj, np.generic) and _np_code(obj) is not None:
+            continue
         if t in tables.mx_name:
             state = _state_of(obj)
             todo.extend((v, '%s.%s' % (path, k)) for k, v in state.items())
@@ -205,8 +223,8 @@ def _check_sendable(optimizer, tables):
         elif t not in _PLAIN:
             raise UnsendableOptimizerError(
                 'cannot send optimizer: %s is a %s; dist servers accept only None, bool, int, '
-                'float, str, tuple, list and dict values (use float()/int() for numpy '
-                'scalars)' % (path, _type_name(obj)))
+                'float, str, tuple, list and dict values and numpy scalars of dtype %s'
+                % (path, _type_name(obj), ', '.join(_NP_CODES)))
 
 
 class _MXNetPickler(pickle._Pickler):  # pylint: disable=protected-access
@@ -222,13 +240,20 @@ class _MXNetPickler(pickle._Pickler):  # pylint: disable=protected-access
         if t in self._tables.mx_name:
             # what copyreg._reduce_ex(obj, 0) returns for these classes
             return copyreg._reconstructor, (t, object, None), _state_of(obj)
-        if t in _PLAIN or isinstance(obj, type) or obj is copyreg._reconstructor:
+        if _np_code(obj) is not None:
+            # numpy's own reduce, as pickle.dumps(obj, 0) uses it: scalar(dtype, bytes), and
+            # dtype(code, False, True) + its state; the bytes (the one bytes object a sendable
+            # optimizer holds) become _codecs.encode(text, 'latin1') in pickle's save_bytes
+            return obj.__reduce__()
+        if t in _PLAIN or t is bytes or isinstance(obj, type) or obj is copyreg._reconstructor \
+                or (t is _BUILTIN_FUNCTION and obj in self._tables.np_globals):
             return NotImplemented
         raise UnsendableOptimizerError('cannot pickle a %s for dist servers' % _type_name(obj))
 
     def save_global(self, obj, name=None):
-        if obj in self._tables.mx_name:
-            module, qualname = self._tables.mx_name[obj]
+        fixed = self._tables.mx_name.get(obj) or self._tables.np_globals.get(obj)
+        if fixed is not None:
+            module, qualname = fixed
             self.write(pickle.GLOBAL + module.encode('ascii') + b'\n'
                        + qualname.encode('ascii') + b'\n')
             self.memoize(obj)
@@ -316,14 +341,23 @@ class _DTypeSpec(object):
         self.order = '='
 
     def dtype(self):
-        import numpy as np
         order = {'<': '<', '>': '>', '|': '=', '=': '='}[self.order]
         return np.dtype(self.code).newbyteorder(order)
 
 
 def _np_scalar_types():
-    import numpy as np
     return frozenset(np.dtype(c).type for c in _NP_CODES)
+
+
+def _np_code(obj):
+    """the code (one of _NP_CODES) of a numpy scalar (or dtype) a server accepts, else
+    None"""
+    if isinstance(obj, np.generic):
+        obj = obj.dtype
+    elif not isinstance(obj, np.dtype):
+        return None
+    code = obj.str[1:]
+    return code if code in _NP_CODES else None
 
 
 def _what(obj):
@@ -450,7 +484,6 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
         if len(args[1]) != dtype.itemsize:
             refuse('%d bytes for a %s scalar of %d' % (len(args[1]), dtype.name,
                                                         dtype.itemsize))
-        import numpy as np
         return np.frombuffer(args[1], dtype=dtype)[0]   # a numpy scalar, native order
 
     def load_newobj(self):
