@@ -628,15 +628,38 @@ class Job(object):
         if self.watchdog is not None:
             self.watchdog.add(node.proc.pid)
         prefix = ('[%s] ' % node.label).encode()
-        for pipe, err in ((node.proc.stdout, False), (node.proc.stderr, True)):
-            t = threading.Thread(target=_pump, args=(pipe, prefix, self.out, err),
-                                 name='%s output' % node.label, daemon=True)
-            t.start()
-            node.readers.append(t)
-        threading.Thread(target=self._wait, args=(node,), name='%s wait' % node.label,
-                         daemon=True).start()
+        pipes = [(node.proc.stdout, False), (node.proc.stderr, True)]
+        try:
+            while pipes:
+                t = threading.Thread(target=_pump, args=(pipes[0][0], prefix, self.out,
+                                                         pipes[0][1]),
+                                     name='%s output' % node.label, daemon=True)
+                t.start()
+                node.readers.append(t)
+                del pipes[0]
+            threading.Thread(target=self._wait, args=(node,), name='%s wait' % node.label,
+                             daemon=True).start()
+        except RuntimeError:
+            # "can't start new thread": the node runs, but nothing would read its output or
+            # report its exit (the job would wait for it until giving up): end it now
+            self._abandon(node, [pipe for pipe, _ in pipes])
+            raise
         if self.args.verbose:
             self.out.say('started %s: pid %d' % (node.label, node.proc.pid))
+
+    def _abandon(self, node, unread):
+        """Kill a node that was started without its threads, and reap it."""
+        _killpg(node.proc.pid, signal.SIGKILL)
+        for pipe in unread:
+            pipe.close()
+        try:
+            node.proc.wait(GIVE_UP_AFTER_KILL)
+        except subprocess.TimeoutExpired:
+            pass                   # stuck in the kernel: counted as killed all the same
+        node.returncode = node.proc.returncode if node.proc.returncode is not None \
+            else -signal.SIGKILL
+        if self.watchdog is not None and not _group_members(node.proc.pid):
+            self.watchdog.forget(node.proc.pid)
 
     # -- stop
     def _running(self):

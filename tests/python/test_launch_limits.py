@@ -73,3 +73,34 @@ def test_too_few_descriptors_to_start_every_node_stops_the_started_ones():
                     r'nodes: two pipes per node\); stopping scheduler, server 0, ', lines[0]), \
         lines[0]
     assert left == [], 'processes left behind: %r' % left
+
+
+def test_no_thread_for_a_started_node_ends_it_at_once():
+    """Out of threads (here: 256 MiB thread stacks under a 1 GiB address space) after a
+    node's process was started: nothing read its output or waited for it, so the job
+    waited --grace, then 10 s after SIGKILL, and said the node 'did not end ... giving up
+    on them' (it was a zombie nobody reaped). Now the node is killed and reaped where it
+    was started, and the job ends at once."""
+    def lower():
+        resource.setrlimit(resource.RLIMIT_STACK, (256 << 20, 256 << 20))
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    tag = uuid.uuid4().hex
+    env = dict(os.environ)
+    env['MXKV_TEST_TAG'] = tag
+    try:
+        r = subprocess.run([sys.executable, LAUNCH, '-n', '3', '-s', '2', '--timeout', '60',
+                            '--grace', '5', '--', 'sleep', '30'], capture_output=True,
+                           text=True, timeout=90, env=env, preexec_fn=lower,
+                           start_new_session=True)
+        left = tagged(tag)
+    finally:
+        _kill_tagged(tag)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    m = re.match(r"\[mxkv-launch\] cannot start (scheduler|server \d|worker \d): can't start "
+                 r"new thread(; stopping (.*))?$", lines[0])
+    assert m, lines[0]
+    # the node that could not get its threads is not among those still to stop
+    assert m.group(1) not in (m.group(3) or '').split(', '), lines[0]
+    assert left == [], 'processes left behind: %r' % left
