@@ -357,6 +357,8 @@ class _Output(object):
 
     def write(self, data, err=False):
         stream = sys.stderr if err else sys.stdout
+        if stream is None:
+            return            # started with that descriptor closed: drop the lines
         with self.locks[err]:
             try:
                 buf = getattr(stream, 'buffer', None)
@@ -382,6 +384,8 @@ class _Output(object):
     def close(self, timeout):
         self.messages.put(None)
         self.writer.join(timeout)
+        if sys.stdout is None:
+            return
         try:
             sys.stdout.flush()
         except (OSError, ValueError):   # a closed pipe: no complaint at interpreter exit
