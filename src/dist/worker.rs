@@ -143,6 +143,9 @@ struct Outgoing {
     copy: Option<std::ops::Range<usize>>,
 }
 
+/// A pull sent: its timestamp, key, layout and output.
+type Pull<'a> = (i32, i32, Pskv, Dest<'a>);
+
 /// One output of a pull: the array the bytes go to.
 enum Dest<'a> {
     Dense(&'a NDArray),
@@ -829,8 +832,7 @@ impl KvWorker {
 
     /// Pulls each key into its dense output (the whole value).
     pub fn pull(&self, items: &[(i32, &NDArray)]) -> Result<()> {
-        let mut sent = Vec::new();
-        for &(key, out) in items {
+        self.pulls(items, |&(key, out)| {
             self.wait_push(key)?;
             out.ensure_dense("pull into")?;
             let dtype = out.dtype();
@@ -854,16 +856,14 @@ impl KvWorker {
             };
             let ts =
                 self.send_built(format!("pull of key {key}"), cmd, false, true, &pskv, None)?;
-            sent.push((ts, key, pskv, Dest::Dense(out)));
-        }
-        self.finish_pulls(sent)
+            Ok((ts, key, pskv, Dest::Dense(out)))
+        })
     }
 
     /// Pushes `value` and pulls the result into `out` in one request per
     /// server (dense keys, no compression).
     pub fn push_pull(&self, items: &[(i32, &NDArray, &NDArray)]) -> Result<()> {
-        let mut sent = Vec::new();
-        for &(key, value, out) in items {
+        self.pulls(items, |&(key, value, out)| {
             let mut reserved = self.reserve(key)?;
             // read once: checked and sent with the same setting
             let compression = self.compression();
@@ -899,9 +899,8 @@ impl KvWorker {
                 msgs,
                 src,
             )?;
-            sent.push((ts, key, pskv, Dest::Dense(out)));
-        }
-        self.finish_pulls(sent)
+            Ok((ts, key, pskv, Dest::Dense(out)))
+        })
     }
 
     /// Pulls rows `row_ids` (sorted, unique, in range) of `key` into the
@@ -952,9 +951,34 @@ impl KvWorker {
         self.issue(what, None, None, msgs, src)
     }
 
+    /// Sends the pull (or pushpull) of each item (`issue`: its timestamp,
+    /// key, layout and output), then waits for them and writes their values.
+    /// When an item fails before its request went out, no later one is
+    /// sent, and the requests already sent are still waited for and their
+    /// outputs written (as MXNet's engine completes the keys it was given
+    /// before a key's check failed), so that none is left behind; the
+    /// item's error is returned.
+    fn pulls<'a, T>(
+        &self,
+        items: &'a [T],
+        mut issue: impl FnMut(&'a T) -> Result<Pull<'a>>,
+    ) -> Result<()> {
+        let mut sent = Vec::with_capacity(items.len());
+        for item in items {
+            match issue(item) {
+                Ok(p) => sent.push(p),
+                Err(e) => {
+                    let _ = self.finish_pulls(sent);
+                    return Err(e);
+                }
+            }
+        }
+        self.finish_pulls(sent)
+    }
+
     /// Waits for pulls and writes their values (all are waited for; the
     /// first error is returned).
-    fn finish_pulls(&self, sent: Vec<(i32, i32, Pskv, Dest<'_>)>) -> Result<()> {
+    fn finish_pulls(&self, sent: Vec<Pull<'_>>) -> Result<()> {
         let deadline = Instant::now() + self.cfg.timeout;
         let mut first = None;
         for (ts, key, pskv, dest) in sent {
@@ -1317,6 +1341,55 @@ mod tests {
             }
             assert_eq!(b.map_err(|e| e.to_string()), Ok(202.0), "{case}");
         }
+        c.stop();
+    }
+
+    /// A pull or pushpull of several keys that fails at one key (an
+    /// earlier push's error reported, an output of another dtype) still
+    /// waits for the requests of the keys before it, which went out, and
+    /// writes their outputs: none is left behind. They stayed in the
+    /// worker's table for good (with the values their answers brought), and
+    /// the abandoned pushpull stayed its key's latest push.
+    #[test]
+    fn a_call_failing_at_a_later_key_leaves_no_request_behind() {
+        // async, no updater: the server refuses pushes
+        let c = Cluster::start(Opts {
+            workers: 1,
+            servers: 2,
+            sync: false,
+            ..Opts::default()
+        });
+        let w = &c.workers[0];
+        w.init(&[(1, &f32s(&[1.0; 4])), (2, &f32s(&[2.0; 4]))])
+            .unwrap();
+        w.push(&[(2, &f32s(&[1.0; 4]))]).unwrap();
+        let out = f32s(&[0.0; 4]);
+        let e = w.pull(&[(1, &out), (2, &f32s(&[0.0; 4]))]).unwrap_err();
+        assert!(e.message().contains("an earlier push of key 2"), "{e}");
+        assert_eq!(w.st.lock().reqs.len(), 0, "a pull request was left behind");
+        assert_eq!(out.to_f64_vec(), vec![1.0; 4]);
+        c.stop();
+
+        let c = Cluster::start(Opts {
+            workers: 1,
+            servers: 2,
+            ..Opts::default()
+        });
+        let w = &c.workers[0];
+        w.init(&[(1, &f32s(&[1.0; 4])), (2, &f32s(&[2.0; 4]))])
+            .unwrap();
+        let out = f32s(&[0.0; 4]);
+        let f64_out = NDArray::zeros(Shape(vec![4]), DType::F64, Context::CPU0).unwrap();
+        let e = w
+            .push_pull(&[(1, &f32s(&[3.0; 4]), &out), (2, &f32s(&[3.0; 4]), &f64_out)])
+            .unwrap_err();
+        assert!(e.message().contains("dtype is different"), "{e}");
+        assert_eq!(
+            w.st.lock().reqs.len(),
+            0,
+            "a pushpull request was left behind"
+        );
+        assert_eq!(out.to_f64_vec(), vec![3.0; 4]);
         c.stop();
     }
 }
