@@ -639,6 +639,12 @@ fn data_shape(stype: StorageType, shape: &Shape, aux_shapes: &[Shape]) -> Option
     }
 }
 
+/// Whether `shape` holds no elements, as MXNet's `TShape::Size() == 0`
+/// (which fails on a negative dim; ndim 0 holds one element).
+fn no_elements(shape: &Shape) -> bool {
+    shape.dims().iter().all(|&d| d >= 0) && shape.dims().contains(&0)
+}
+
 fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     let stype = if stype == 1 {
         StorageType::RowSparse
@@ -673,12 +679,21 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     // Everything is checked before the parts are allocated: the storage
     // shape must be the one the aux shapes give, and the data and aux bytes
     // must fit in what the file holds.
-    if let Some(want) = data_shape(stype, &shape, &aux_shapes) {
-        ensure!(
-            want == storage_shape,
-            "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
-        );
-    }
+    let storage_shape = match data_shape(stype, &shape, &aux_shapes) {
+        // MXNet's sparse constructor (`NDArray::NDArray`, src/ndarray/ndarray.cc)
+        // takes a storage shape of no elements from the aux shapes. Its
+        // `NDArray::Save` writes the storage shape before it waits for the
+        // array, so an array still being computed is saved with [0].
+        Some(want) if want == storage_shape || no_elements(&storage_shape) => want,
+        // MXNet would read the data with the one and the aux arrays with the
+        // others (a storage shape with elements is used as it is).
+        Some(want) => bail!(
+            "Invalid NDArray file format: storage shape {storage_shape} does not match the aux \
+             shapes (which give {want})"
+        ),
+        // (malformed aux shapes: refused by `NDArray::sparse_zeros`)
+        None => storage_shape,
+    };
     let data_len = byte_len(&storage_shape, dtype)?;
     let aux_lens = aux_shapes
         .iter()
@@ -1009,6 +1024,37 @@ mod tests {
         assert_eq!(save(&arrays, &[]).unwrap(), bytes);
     }
 
+    /// MXNet 1.9.1 saves an array it has not finished computing with a
+    /// storage shape of [0] (`NDArray::Save` reads it before waiting), and
+    /// loads any storage shape of no elements as the aux shapes give it.
+    #[test]
+    fn a_storage_shape_of_no_elements_comes_from_the_aux_shapes() {
+        let data = NDArray::from_bytes(
+            Shape(vec![2, 2]),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(&[1f32, 2., 3., 4.]),
+        )
+        .unwrap();
+        let a = NDArray::row_sparse(Shape(vec![5, 2]), Context::CPU0, data, &[1, 3]).unwrap();
+        let good = save(&[a], &[]).unwrap();
+        // storage shape: i32 ndim 2 at byte 32, then [2, 2]
+        assert_eq!(
+            good[32..52],
+            [&2i32.to_le_bytes()[..], &words(&[2, 2])].concat()[..]
+        );
+        for dims in [vec![0], vec![0, 2], vec![2, 0], vec![0, 0, 0]] {
+            let mut bytes = good[..32].to_vec();
+            bytes.extend_from_slice(&(dims.len() as i32).to_le_bytes());
+            bytes.extend_from_slice(&words(&dims));
+            bytes.extend_from_slice(&good[52..]);
+            for (arrays, _) in [load(&bytes).unwrap(), stream(&bytes).unwrap()] {
+                assert_eq!(arrays[0].rsp_indices().unwrap(), vec![1, 3]);
+                assert_eq!(save(&arrays, &[]).unwrap(), good, "{dims:?}");
+            }
+        }
+    }
+
     #[test]
     fn garbage_is_an_error_not_a_crash() {
         assert!(load(b"")
@@ -1189,7 +1235,8 @@ mod tests {
         for got in [load(&b), stream(&b)] {
             assert_eq!(
                 got.unwrap_err().message(),
-                "Invalid NDArray file format: storage shape [1,2] does not match the aux shapes"
+                "Invalid NDArray file format: storage shape [1,2] does not match the aux shapes \
+                 (which give [1,274877906944])"
             );
         }
 
