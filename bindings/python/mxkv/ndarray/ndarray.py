@@ -994,19 +994,24 @@ class NDArray(object):
     def __ge__(self, other):
         return self._binary(other, _GREATER_EQUAL)
 
-    def sum(self):
-        """Sum of all elements as a 1-element array, as MXNet's sum reduces: in element
-        order, with Kahan compensation, every step in the element type (an integer sum
-        wraps)."""
-        values = self._values().reshape(-1)
-        if self.dtype is bfloat16:
-            total = _bf16_encode(_kahan_sum(values, _bf16_round))
-        elif self._np_dtype.kind in 'f':
-            total = _kahan_sum(values, self._np_dtype.type)
-        else:
-            with np.errstate(all='ignore'):
-                total = values.sum(dtype=self._np_dtype)
-        return array(np.reshape(total, (1,)), ctx=self.context, dtype=self.dtype)
+    def sum(self, axis=None, keepdims=False, exclude=False, out=None, name=None):
+        """MXNet's sum over `axis` (all axes by default; with `exclude` over the others),
+        the reduced axes dropped unless `keepdims`: each output element is summed in
+        row-major order of the reduced axes with Kahan compensation, every step in the
+        element type (an integer sum wraps), as MXNet 1.9.1's CPU kernel
+        (see ndarray/_reduce.py).  `name` is ignored."""
+        # pylint: disable=unused-argument
+        from ._reduce import reduce_shape, sum_values
+        reduced, shape = reduce_shape(self.shape, axis, keepdims, exclude)
+        if out is None:
+            out = empty(shape, ctx=self.context, dtype=self.dtype)
+        elif out.shape != shape or out.dtype != self.dtype:
+            raise MXNetError('sum: out has shape %s and dtype %s, the result %s and %s'
+                             % (out.shape, np.dtype(out.dtype).name, shape,
+                                np.dtype(self.dtype).name))
+        kind = 'bfloat16' if self.dtype is bfloat16 else self._np_dtype.name
+        sums = sum_values(self._values(), reduced, kind).reshape(shape)
+        return out._write(lambda o: np.copyto(o, sums))
 
     # the operator methods MXNet's NDArray has for the functions this module offers
     def abs(self, *args, **kwargs):
@@ -1214,19 +1219,6 @@ _GREATER, _GREATER_EQUAL = _comparison(np.greater), _comparison(np.greater_equal
 def _bf16_round(value):
     """a float32 value as bf16_t keeps it (the high half), as float32"""
     return _bf16_decode(_bf16_encode(np.float32(value)))[()]
-
-
-def _kahan_sum(values, rnd):
-    """mshadow's red::sum over `values` in order: y = x - r; t = s + y; r = (t - s) - y
-    (0 once t is infinite); s = t, each result rounded by `rnd` to the element type"""
-    total, resid = rnd(0.0), rnd(0.0)
-    with np.errstate(all='ignore'):
-        for x in values.tolist():
-            y = rnd(rnd(x) - resid)
-            t = rnd(total + y)
-            resid = rnd(0.0) if math.isinf(t) else rnd(rnd(t - total) - y)
-            total = t
-    return total
 
 
 def _bf16_negative(x, out=None):
@@ -1454,7 +1446,7 @@ def clip(data, a_min, a_max, out=None):
     from .._numerics import dmlc_float
     lo, hi = dmlc_float(a_min, 'a_min'), dmlc_float(a_max, 'a_max')
     if data.dtype is bfloat16:
-        lo, hi = _bf16_decode(_bf16_encode(lo))[()], _bf16_decode(_bf16_encode(hi))[()]
+        lo, hi = _bf16_round(lo), _bf16_round(hi)
     else:
         lo, hi = data._np_dtype.type(lo), data._np_dtype.type(hi)
     if out is None and data.stype == 'row_sparse' and lo <= 0 <= hi:

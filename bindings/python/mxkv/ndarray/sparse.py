@@ -415,11 +415,11 @@ class RowSparseNDArray(BaseSparseNDArray):
     def __abs__(self):
         return self._unary_rsp(np.absolute)
 
-    def sum(self):
+    def sum(self, *args, **kwargs):
         """MXNet's sum of a row_sparse array: a storage fallback (the dense sum)"""
         dense = self.tostype('default')
         try:
-            return dense.sum()
+            return dense.sum(*args, **kwargs)
         finally:
             dense.close()
 

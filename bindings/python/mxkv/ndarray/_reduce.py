@@ -1,0 +1,241 @@
+"""``sum`` as MXNet 1.9.1's CPU operator computes it, bit for bit.
+
+MXNet's ``sum`` (src/operator/tensor/broadcast_reduce_op.h: ReduceAxesCompute with
+safe_acc false; broadcast_reduce-inl.h: seq_reduce_compute / seq_reduce_assign) gives
+each output element its own sequential reduction over the reduced coordinates in
+row-major order, in the element type (no wider accumulator), with mshadow's
+``red::sum`` Kahan step (3rdparty/mshadow/mshadow/base.h)::
+
+    y = x - r;  t = s + y;  r = isinf(t) ? 0 : (t - s) - y;  s = t    (s = r = 0 first)
+
+every operation rounded to the element type (float16 as half_t: float arithmetic then
+RNE to half; bfloat16 as bf16_t: float arithmetic then truncation to the high half).
+mshadow's ``isinf_typed::IsInf`` is false for every bf16_t, so a bfloat16 sum keeps
+the residual of an infinite t (inf - inf: 1 + inf + 2 sums to NaN there).
+Integer sums wrap (the residual is always 0) and a bool sum is a logical or.
+
+One output's steps form a single dependency chain (each step needs the previous
+residual), which no reordering may shorten.  So:
+
+* many outputs (an axis sum): the chains run side by side, one numpy operation per
+  step over all of them (``_lanes``);
+* few outputs (a whole-array sum): each chain runs in a plain Python loop over Python
+  floats (doubles), rounded to float32 through a ``memoryview`` cast (C's float
+  conversion: round to nearest even, overflow to inf, NaN bits kept).  A double holds
+  the exact sum or difference of two float32 values and rounding that to float32 is
+  the float32 operation, so the loop reproduces the float32 kernel.  Where |y| <= |s|
+  the residual ``(t - s) - y`` is exact (Fast2Sum) and needs no rounding.
+"""
+import math
+
+import numpy as np
+
+__all__ = ['kahan_sum_rows', 'reduce_shape', 'sum_values', 'sum', 'sum_axis']
+
+# below this many outputs the per-chain Python loop beats one numpy call per step
+_LANES_MIN = 32
+
+
+def _f32_rounder():
+    view = memoryview(bytearray(4)).cast('f')
+
+    def rnd(value):
+        view[0] = value
+        return view[0]
+    return rnd
+
+
+def _bf16_rounder():
+    buf = bytearray(4)
+    as_f32, as_u32 = memoryview(buf).cast('f'), memoryview(buf).cast('I')
+
+    def rnd(value):
+        as_f32[0] = value
+        as_u32[0] &= 0xFFFF0000
+        return as_f32[0]
+    return rnd
+
+
+def _f16_round(value):
+    return float(np.float16(value))
+
+
+def _chain_f64(values):
+    """one Kahan chain in double (Python floats are doubles: nothing to round)"""
+    s = c = 0.0
+    for x in values:
+        y = x - c
+        t = s + y
+        if t - t != 0 and t == t:  # +-inf
+            c = 0.0
+        else:
+            c = (t - s) - y
+        s = t
+    return s
+
+
+def _chain_f32(values):
+    """one float32 Kahan chain; the rounding inlined (this is the hot loop)"""
+    view = memoryview(bytearray(4)).cast('f')
+    s = c = 0.0
+    for x in values:
+        view[0] = x - c
+        y = view[0]
+        view[0] = s + y
+        t = view[0]
+        if t - t != 0 and t == t:  # +-inf
+            c = 0.0
+        elif -s <= y <= s or s <= y <= -s:  # Fast2Sum: (t - s) - y is exact
+            c = (t - s) - y
+        else:
+            view[0] = t - s
+            view[0] = view[0] - y
+            c = view[0]
+        s = t
+    return s
+
+
+def _chain(values, rnd, nearest):
+    """one Kahan chain with every result rounded by `rnd`; `nearest`: the rounding is
+    to nearest (float16), so the residual is exact where |y| <= |s| and an infinite t
+    resets it; else (bfloat16) neither"""
+    s = c = 0.0
+    for x in values:
+        y = rnd(x - c)
+        t = rnd(s + y)
+        if nearest and t - t != 0 and t == t:  # +-inf
+            c = 0.0
+        elif nearest and (-s <= y <= s or s <= y <= -s):
+            c = (t - s) - y
+        else:
+            c = rnd(rnd(t - s) - y)
+        s = t
+    return s
+
+
+def _truncate_bf16(arr):
+    """float32 values as bf16_t keeps them (the high half), in place"""
+    bits = arr.view(np.uint32)
+    np.bitwise_and(bits, np.uint32(0xFFFF0000), out=bits)
+
+
+def _lanes(rows, bf16):
+    """the Kahan chains of the columns of `rows` (M x N, float16/32/64, or float32
+    holding bfloat16 values), side by side"""
+    dtype, lanes = rows.dtype, rows.shape[1]
+    fix = _truncate_bf16 if bf16 else (lambda arr: None)
+    s, c = np.zeros(lanes, dtype), np.zeros(lanes, dtype)
+    y, t = np.empty(lanes, dtype), np.empty(lanes, dtype)
+    inf = np.empty(lanes, np.bool_)
+    with np.errstate(all='ignore'):
+        for x in rows:
+            fix(np.subtract(x, c, out=y))
+            fix(np.add(s, y, out=t))
+            fix(np.subtract(t, s, out=c))
+            fix(np.subtract(c, y, out=c))
+            if not bf16:  # IsInf(bf16_t) is false
+                np.copyto(c, 0, where=np.isinf(t, out=inf))
+            s, t = t, s
+    return s
+
+
+def kahan_sum_rows(rows, kind):
+    """MXNet's sum of each column of `rows` (M x N numpy values, top to bottom) for an
+    NDArray of element kind `kind`: 'float16', 'float32', 'float64', 'bfloat16' (rows
+    hold the float32 values), else an integer or bool numpy dtype name.  Returns N sums
+    as a numpy array of the rows' dtype."""
+    if kind not in ('float16', 'float32', 'float64', 'bfloat16'):
+        with np.errstate(all='ignore'):
+            return rows.sum(axis=0, dtype=rows.dtype)  # wraps; bool: or
+    if kind == 'float32':
+        chain = _chain_f32
+    elif kind == 'float64':
+        chain = _chain_f64
+    elif kind == 'float16':
+        def chain(values):
+            return _chain(values, _f16_round, True)
+    else:
+        def chain(values):
+            return _chain(values, _bf16_rounder(), False)
+    if rows.shape[1] >= _LANES_MIN:
+        sums = _lanes(rows, kind == 'bfloat16')
+        # which of two NaN operands an operation passes on depends on how the compiled
+        # loop orders them; numpy's loops do not always order them as MXNet's kernel,
+        # the Python loop does: NaN results are computed again there
+        redo = np.flatnonzero(np.isnan(sums))
+    else:
+        sums = np.empty(rows.shape[1], rows.dtype)
+        redo = range(rows.shape[1])
+    for j in redo:
+        sums[j] = chain(rows[:, j].tolist())
+    return sums
+
+
+def _bool_param(value, name):
+    """dmlc's bool parameter: True / False / 1 / 0 (as str(value) says them)"""
+    text = str(value).strip().lower()
+    if text in ('true', '1'):
+        return True
+    if text in ('false', '0'):
+        return False
+    from ..base import MXNetError
+    raise MXNetError("Invalid Parameter format for %s expect boolean but value='%s'"
+                     % (name, value))
+
+
+def _axis_param(axis):
+    """`axis` as MXNet's optional Shape parameter takes it: None, an int or a sequence
+    of ints (a float, a bool or a string is refused)"""
+    from ..base import MXNetError
+
+    def dim(value):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise MXNetError("Invalid Parameter format for axis expect Shape or None but "
+                             "value='%s'" % (axis,))
+        return int(value)
+    if axis is None:
+        return None
+    if isinstance(axis, (list, tuple)):
+        return tuple(dim(a) for a in axis)
+    return (dim(axis),)
+
+
+def reduce_shape(shape, axis, keepdims, exclude):
+    """(axes reduced, output shape) of MXNet's ReduceAxesShapeImpl for an input of
+    `shape`; MXNetError for bad parameters or axes"""
+    from ..base import MXNetError
+    axes = _axis_param(axis)
+    keepdims, exclude = _bool_param(keepdims, 'keepdims'), _bool_param(exclude, 'exclude')
+    ndim = len(shape)
+    if not axes:
+        return tuple(range(ndim)), ((1,) * ndim if keepdims else (1,))
+    norm = sorted(a + ndim if a < 0 else a for a in axes)
+    if any(a == b for a, b in zip(norm, norm[1:])):
+        raise MXNetError('Reduction axes have duplicates %s' % (axes,))
+    if norm[-1] >= ndim or norm[0] < 0:
+        raise MXNetError('Reduction axis %s exceeds input dimensions %s' % (axes, shape))
+    reduced = tuple(a for a in range(ndim) if (a in norm) != exclude)
+    if keepdims:
+        out = tuple(1 if a in reduced else d for a, d in enumerate(shape))
+    else:
+        out = tuple(d for a, d in enumerate(shape) if a not in reduced) or (1,)
+    return reduced, out
+
+
+def sum_values(values, reduced, kind):
+    """MXNet's sum of the numpy array `values` over the axes `reduced` (each output's
+    elements in row-major order of the reduced axes), as a flat numpy array of the
+    kept axes' elements in row-major order"""
+    kept = [a for a in range(values.ndim) if a not in reduced]
+    count = math.prod(values.shape[a] for a in reduced)
+    rows = np.moveaxis(values, list(reduced), list(range(len(reduced))))
+    return kahan_sum_rows(rows.reshape(count, math.prod(values.shape[a] for a in kept)),
+                          kind)
+
+
+def sum(data, *args, **kwargs):  # pylint: disable=redefined-builtin
+    """mx.nd.sum(data, axis=None, keepdims=False, exclude=False, out=None): data.sum(...)"""
+    return data.sum(*args, **kwargs)
+
+
+sum_axis = sum
