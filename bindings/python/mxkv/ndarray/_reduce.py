@@ -27,6 +27,7 @@ residual), which no reordering may shorten.  So:
   the residual ``(t - s) - y`` is exact (Fast2Sum) and needs no rounding.
 """
 import math
+import struct
 
 import numpy as np
 
@@ -58,6 +59,32 @@ def _bf16_rounder():
 
 def _f16_round(value):
     return float(np.float16(value))
+
+
+_HALF = struct.Struct('<e')
+
+
+def _chain_f16(values):
+    """one float16 Kahan chain, rounded through struct's 'e' format (round to nearest
+    even, as half_t(float)); that refuses a finite value rounding to inf and makes every
+    NaN one NaN, so such chains run again with numpy's conversion"""
+    pack, unpack = _HALF.pack, _HALF.unpack
+    s = c = 0.0
+    try:
+        for x in values:
+            y, = unpack(pack(x - c))
+            t, = unpack(pack(s + y))
+            if t - t != 0:  # inf or NaN
+                raise OverflowError
+            if -s <= y <= s or s <= y <= -s:  # Fast2Sum: (t - s) - y is exact
+                c = (t - s) - y
+            else:
+                c, = unpack(pack(t - s))
+                c, = unpack(pack(c - y))
+            s = t
+    except OverflowError:
+        return _chain(values, _f16_round, True)
+    return s
 
 
 def _chain_f64(values):
@@ -152,8 +179,7 @@ def kahan_sum_rows(rows, kind):
     elif kind == 'float64':
         chain = _chain_f64
     elif kind == 'float16':
-        def chain(values):
-            return _chain(values, _f16_round, True)
+        chain = _chain_f16
     else:
         def chain(values):
             return _chain(values, _bf16_rounder(), False)
