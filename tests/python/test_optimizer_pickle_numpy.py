@@ -115,10 +115,19 @@ def test_the_numpy_scalar_forms_accepted_and_refused(mxkv):
     big = op.loads(_scalar_body(['i8', 0, 1], np.array([7], '>i8').tobytes(),
                                 state=(3, '>', None, None, None, -1, -1, 0)))
     assert type(big.lr) is np.int64 and big.lr == 7
+    # numpy.str_ (UTF-32, NUL-padded) loads as the equal str, either byte order
+    for order in '<>':
+        text = op.loads(_scalar_body(['U3', 0, 1], np.array(['\u4e2dx'], order + 'U3').tobytes(),
+                                     state=(3, order, None, None, None, 12, 4, 8)))
+        assert type(text.lr) is str and text.lr == '\u4e2dx', order
     refused = [
         (_scalar_body(['c8', 0, 1], np.complex64(1).tobytes()), "dtype 'c8'"),
         (_scalar_body(['O', 0, 1], b'\0' * 8), "dtype 'O'"),
-        (_scalar_body(['U1', 0, 1], b'a\0\0\0'), "dtype 'U1'"),
+        (_scalar_body(['S1', 0, 1], b'a'), "dtype 'S1'"),
+        (_scalar_body(['U1', 0, 1], b'\xff\xff\xff\x7f'), 'not UTF-32 text'),
+        (_scalar_body(['U1', 0, 1], b'\0\xd8\0\0'), 'not UTF-32 text'),   # a surrogate
+        (_scalar_body(['U2', 0, 1], b'a\0\0\0'), '4 bytes for a U2 string'),
+        (_scalar_body(['U0', 0, 1], b''), "dtype 'U0'"),
         (_scalar_body(['f4', 0, 1], b'\0' * 8), '8 bytes for a float32 scalar of 4'),
         (_scalar_body(['f4', 1, 1], b'\0' * 4), 'numpy.dtype(code, False, True)'),
         (_scalar_body(['f4', 0, 1], b'\0' * 4, codec='rot13'), "_codecs.encode(text, "),
@@ -174,7 +183,7 @@ def test_a_real_mxnet_worker_with_a_numpy_lr_on_our_server(tmp_path, mxnet_made,
     if lr == 'f32':
         assert not refusals, out
     else:
-        assert len(refusals) == 1 and "dtype 'c8' is not a bool, int or float" in refusals[0] \
+        assert len(refusals) == 1 and "dtype 'c8' is not a bool, int, float or str" in refusals[0] \
             and 'No optimizer was installed from it' in refusals[0], out
 
 

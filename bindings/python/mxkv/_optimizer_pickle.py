@@ -15,8 +15,9 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     strings are written as ``\\uXXXX`` escapes, which protocol 0 reads back), so it
     survives ``py_str``/``c_str`` and the C string of ``MXKVStoreSendCommmandToServers``.
     Only mxkv's built-in optimizer and lr-scheduler classes, holding plain values
-    (``None``, ``bool``, ``int``, ``float``, ``str``, ``tuple``, ``list``, ``dict``, and
-    numpy bool, int and float scalars), can be sent; anything else raises
+    (``None``, ``bool``, ``int``, ``float``, ``str``, ``tuple``, ``list``, ``dict``, numpy
+    bool, int and float scalars, and ``numpy.str_``, written as the equal ``str``), can be
+    sent; anything else raises
     :class:`UnsendableOptimizerError` on the worker, naming the attribute and its type
     (what the server would refuse is refused before sending).  A numpy scalar is written
     as MXNet's pickle writes it (``numpy.core.multiarray.scalar(numpy.dtype(code, False,
@@ -38,8 +39,9 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     scalar (``SGD(learning_rate=np.float32(0.5))``) is pickled by MXNet as
     ``numpy.core.multiarray.scalar(numpy.dtype(code, False, True), raw bytes)`` (the bytes
     through ``_codecs.encode(text, 'latin1')`` up to protocol 2): these three are accepted
-    for bool, int and float dtypes only and give the same numpy scalar, without calling
-    anything by name.  Nothing found by name is ever called: the
+    for bool, int and float dtypes, which give the same numpy scalar, and for ``U<n>``
+    (a ``numpy.str_``, e.g. names taken from a numpy array: UTF-32 text), which gives the
+    equal ``str``, without calling anything by name.  Nothing found by name is ever called: the
     reconstructor and ``object`` are placeholders, classes are only instantiated with
     ``object.__new__`` (no ``__init__``), ``BUILD`` applies a dict of str keys to an
     instance created here (the optimizers' own ``__setstate__``, a plain ``__dict__``
@@ -77,7 +79,9 @@ import codecs
 import copyreg
 import io
 import pickle
+import re
 import struct
+import sys
 
 import numpy as np
 
@@ -209,8 +213,9 @@ def _check_sendable(optimizer, tables):
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if isinstance(obj, np.generic) and _np_code(obj) is not None:
-            continue
+        if isinstance(obj, np.generic) and (_np_code(obj) is not None
+                                            or isinstance(obj, str)):
+            continue     # a numpy bool/int/float scalar, or a numpy.str_ (sent as a str)
         if t in tables.mx_name:
             state = _state_of(obj)
             todo.extend((v, '%s.%s' % (path, k)) for k, v in state.items())
@@ -245,7 +250,8 @@ class _MXNetPickler(pickle._Pickler):  # pylint: disable=protected-access
             # dtype(code, False, True) + its state; the bytes (the one bytes object a sendable
             # optimizer holds) become _codecs.encode(text, 'latin1') in pickle's save_bytes
             return obj.__reduce__()
-        if t in _PLAIN or t is bytes or isinstance(obj, type) or obj is copyreg._reconstructor \
+        if t in _PLAIN or t is bytes or t is np.str_ or isinstance(obj, type) \
+                or obj is copyreg._reconstructor \
                 or (t is _BUILTIN_FUNCTION and obj in self._tables.np_globals):
             return NotImplemented
         raise UnsendableOptimizerError('cannot pickle a %s for dist servers' % _type_name(obj))
@@ -277,6 +283,7 @@ class _MXNetPickler(pickle._Pickler):  # pylint: disable=protected-access
 
     dispatch = dict(pickle._Pickler.dispatch)  # pylint: disable=protected-access
     dispatch[str] = save_str
+    dispatch[np.str_] = save_str    # as the equal str (MXNet writes a numpy scalar of UTF-32)
 
 
 def dumps(optimizer):
@@ -314,7 +321,7 @@ _OBJECT = _Placeholder('builtins.object')
 # np.float32(0.5))): numpy.core.multiarray.scalar(numpy.dtype('f4', False, True) + BUILD
 # (3, '<', ...), _codecs.encode('<raw bytes as latin-1 text>', 'latin1')) under protocols 0
 # to 2, the bytes as a BINBYTES opcode from protocol 3. None of the three is called: the
-# dtype code must be a plain bool, int or float code, the bytes exactly its size.
+# dtype code must be a plain bool, int or float code or U<n>, the bytes exactly its size.
 _NP_SCALAR = _Placeholder('numpy.core.multiarray.scalar')
 _NP_DTYPE = _Placeholder('numpy.dtype')
 _CODECS_ENCODE = _Placeholder('_codecs.encode')
@@ -329,6 +336,9 @@ _FIXED_GLOBALS = {('copyreg', '_reconstructor'): _RECONSTRUCTOR,
 #: numpy scalar dtypes a server accepts (what numpy.dtype(code).str gives, without the
 #: byte order)
 _NP_CODES = ('b1', 'i1', 'i2', 'i4', 'i8', 'u1', 'u2', 'u4', 'u8', 'f2', 'f4', 'f8')
+#: and numpy.str_ (names taken from a numpy array): U<characters>, UTF-32, loaded as the
+#: equal str
+_NP_STR_CODE = re.compile(r'U[1-9][0-9]{0,6}')
 
 
 class _DTypeSpec(object):
@@ -463,9 +473,9 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
                     and args[2] in (1, True)):
                 refuse("only numpy.dtype(code, False, True) is allowed")
             code = args[0].lstrip('<>|=')
-            if code not in _NP_CODES:
-                refuse('dtype %r is not a bool, int or float scalar type (allowed: %s)'
-                       % (args[0], ', '.join(_NP_CODES)))
+            if code not in _NP_CODES and not _NP_STR_CODE.fullmatch(code):
+                refuse('dtype %r is not a bool, int, float or str scalar type (allowed: %s, '
+                       'U<n>)' % (args[0], ', '.join(_NP_CODES)))
             spec = _DTypeSpec(code)
             self._created[id(spec)] = spec
             return spec
@@ -480,7 +490,17 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
         if not (len(args) == 2 and type(args[0]) is _DTypeSpec
                 and self._created.get(id(args[0])) is args[0] and type(args[1]) is bytes):
             refuse('only numpy.core.multiarray.scalar(dtype, bytes) is allowed')
-        dtype = args[0].dtype()
+        spec, data = args
+        if spec.code[0] == 'U':
+            # what numpy.str_ holds: UTF-32 code units, NUL-padded at the end
+            if len(data) != 4 * int(spec.code[1:]):
+                refuse('%d bytes for a %s string' % (len(data), spec.code))
+            big = spec.order == '>' or (spec.order in '=|' and sys.byteorder == 'big')
+            try:
+                return data.decode('utf-32-be' if big else 'utf-32-le').rstrip('\0')
+            except UnicodeDecodeError as err:
+                refuse('not UTF-32 text (%s)' % err.reason)
+        dtype = spec.dtype()
         if len(args[1]) != dtype.itemsize:
             refuse('%d bytes for a %s scalar of %d' % (len(args[1]), dtype.name,
                                                         dtype.itemsize))

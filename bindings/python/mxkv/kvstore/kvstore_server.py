@@ -10,7 +10,7 @@ The server's controller installs the optimizer a worker sends with
 ``kv.set_optimizer`` (command 0, ``kController``). The body is unpickled by
 ``mxkv._optimizer_pickle.loads``, which accepts only the built-in optimizer and
 lr-scheduler classes (named as ``mxkv`` or MXNet 1.9.1 names them) and plain
-values (numpy bool, int and float scalars included, as MXNet pickles them): any
+values (numpy bool, int, float and str scalars included, as MXNet pickles them): any
 other pickle is refused with a message naming the class or the attribute, written
 to the server's stderr whatever logging is set up to do; nothing in it runs, no
 updater is installed from it, and the server keeps serving.
