@@ -517,8 +517,8 @@ class NDArray(object):
 
     def astype(self, dtype, copy=True):
         """A copy converted to `dtype` (or self if no conversion and copy=False)."""
-        if not copy and np.dtype(dtype) == self._np_dtype:
-            return self
+        if not copy and dtype_np_to_mx(dtype) == dtype_np_to_mx(self.dtype):
+            return self  # (not _np_dtype: a bfloat16 array holds uint16 bits)
         res = empty(self.shape, ctx=self.context, dtype=dtype)
         self.copyto(res)
         return res
@@ -878,10 +878,12 @@ class NDArray(object):
         # MXNet's _ufunc_helper: only NDArrays and numbers (a numpy array too is refused)
         raise TypeError('type %s not supported' % str(type(other)))
 
-    def _divide_ufunc(self):
+    def _divide_ufunc(self, reverse=False):
+        """the division of this array's dtype; `reverse`: number / array (MXNet's
+        _rdiv_scalar, float arithmetic for integers too)"""
         if self.dtype is bfloat16 or self._np_dtype.kind in 'fc':
             return np.true_divide
-        return _c_int_divide
+        return _c_int_rdivide if reverse else _c_int_divide
 
     def _values(self):
         """the values for arithmetic: a numpy view of the buffer (float32 values of a
@@ -935,7 +937,7 @@ class NDArray(object):
         return self._binary(other, self._divide_ufunc())
 
     def __rtruediv__(self, other):
-        return self._binary(other, self._divide_ufunc(), reverse=True)
+        return self._binary(other, self._divide_ufunc(reverse=True), reverse=True)
 
     def __itruediv__(self, other):
         return self._binary(other, self._divide_ufunc(), out=self)
@@ -1254,12 +1256,25 @@ def _float_math(ufunc):
 
 
 def _c_int_divide(a, b, out=None, casting='unsafe'):
-    """Integer division truncating toward zero (C semantics), x/0 -> 0."""
-    a = np.asarray(a)
-    b = np.asarray(b)
+    """Integer division truncating toward zero (C's a / b, exact for 64-bit values), x/0
+    -> 0 (MXNet dies of SIGFPE there)."""
+    a, b = np.asarray(a), np.asarray(b)
     with np.errstate(all='ignore'):
-        q = np.where(b == 0, 0, np.trunc(np.true_divide(a, np.where(b == 0, 1, b))))
-    np.copyto(out, q, casting=casting)
+        den = np.where(b == 0, 1, b).astype(b.dtype)
+        quot = np.floor_divide(a, den)
+        # floor to truncation: one up where the division was inexact and the signs differ
+        quot += ((quot * den != a) & ((a < 0) != (den < 0))).astype(quot.dtype)
+        np.copyto(out, np.where(b == 0, 0, quot), casting=casting)
+    return out
+
+
+def _c_int_rdivide(a, b, out=None, casting='unsafe'):
+    """number / integer array as MXNet's _rdiv_scalar computes it (mshadow_op::rdiv,
+    math::id(b) / math::id(a)): in float32 (a 64-bit integer too), converted back with
+    C's cast (a division by zero gives INT_MIN in int32 / int64, 0 in 8-bit types)"""
+    with np.errstate(all='ignore'):
+        np.copyto(out, np.true_divide(np.asarray(a).astype(np.float32),
+                                      np.asarray(b).astype(np.float32)), casting=casting)
     return out
 
 
@@ -1470,17 +1485,17 @@ def cast(data, dtype, out=None):
 
 def _binary_fn(ufunc, scalar_fn, name, doc, by_dtype=False):
     """mx.nd.<name>(lhs, rhs) as MXNet's _ufunc_helper runs it: an NDArray operand gives
-    the elementwise result (`ufunc`, or with `by_dtype` ufunc(array) choosing one by the
-    array's dtype), two numbers `scalar_fn`; no ``out`` argument (MXNet's functions have
+    the elementwise result (`ufunc`, or with `by_dtype` ufunc(array, reverse) choosing one
+    by the array's dtype and whether the number comes first), two numbers `scalar_fn`; no ``out`` argument (MXNet's functions have
     none)."""
-    def pick(arr):
-        return ufunc(arr) if by_dtype else ufunc
+    def pick(arr, reverse):
+        return ufunc(arr, reverse) if by_dtype else ufunc
 
     def fn(lhs, rhs):
         if isinstance(lhs, NDArray):
-            return lhs._binary(rhs, pick(lhs))
+            return lhs._binary(rhs, pick(lhs, False))
         if isinstance(rhs, NDArray):
-            return rhs._binary(lhs, pick(rhs), reverse=True)
+            return rhs._binary(lhs, pick(rhs, True), reverse=True)
         if isinstance(lhs, numeric_types) and isinstance(rhs, numeric_types):
             return scalar_fn(lhs, rhs)
         raise TypeError('type %s not supported' % str(type(rhs)))
@@ -1492,15 +1507,15 @@ def _binary_fn(ufunc, scalar_fn, name, doc, by_dtype=False):
 add = _binary_fn(np.add, operator.add, 'add', 'lhs + rhs, elementwise with broadcasting')
 subtract = _binary_fn(np.subtract, operator.sub, 'subtract', 'lhs - rhs')
 multiply = _binary_fn(np.multiply, operator.mul, 'multiply', 'lhs * rhs')
-divide = _binary_fn(lambda arr: arr._divide_ufunc(), operator.truediv, 'divide', 'lhs / rhs',
-                    by_dtype=True)
+divide = _binary_fn(lambda arr, reverse: arr._divide_ufunc(reverse), operator.truediv,
+                    'divide', 'lhs / rhs', by_dtype=True)
 true_divide = divide
 modulo = _binary_fn(_mx_mod, operator.mod, 'modulo', 'lhs % rhs (MXNet\'s mod)')
 power = _binary_fn(_mx_power, operator.pow, 'power', 'base ** exp (MXNet\'s power)')
 # MXNet's maximum / minimum pass a NaN on (IsNan), except for bfloat16 (a > b ? a : b)
-maximum = _binary_fn(lambda arr: _bf16_maximum if arr.dtype is bfloat16 else np.maximum,
+maximum = _binary_fn(lambda arr, _: _bf16_maximum if arr.dtype is bfloat16 else np.maximum,
                      lambda x, y: x if x > y else y, 'maximum', 'elementwise maximum',
                      by_dtype=True)
-minimum = _binary_fn(lambda arr: _bf16_minimum if arr.dtype is bfloat16 else np.minimum,
+minimum = _binary_fn(lambda arr, _: _bf16_minimum if arr.dtype is bfloat16 else np.minimum,
                      lambda x, y: x if x < y else y, 'minimum', 'elementwise minimum',
                      by_dtype=True)
