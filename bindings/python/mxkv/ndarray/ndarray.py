@@ -18,7 +18,7 @@ import numpy as np
 from ..base import (_LIB, check_call, NDArrayHandle, MXNetError, MXKVUsageError,
                     numeric_types, integer_types, mx_real_t)
 from ..context import Context, current_context
-from .._numerics import dmlc_double
+from .._numerics import dmlc_double, dmlc_float
 
 # libmxkv finishes every operation before returning, so its MXNDArrayWait* calls
 # have nothing to wait for and are skipped; a real libmxnet.so keeps them.
@@ -41,7 +41,6 @@ _DTYPE_MX_TO_NP = {v: k for k, v in _DTYPE_NP_TO_MX.items()}
 _DTYPE_MX_TO_NP[12] = bfloat16
 
 
-
 # --- bfloat16 values (MXNet's mshadow::bfloat::bf16_t): a bf16 is the high half of a
 # float32; converting to bf16 goes through float (`static_cast<float>(v)`, so float64 and
 # integers are rounded to float32 first) and keeps the high 16 bits, truncating (no
@@ -49,17 +48,17 @@ _DTYPE_MX_TO_NP[12] = bfloat16
 # it like any float32.  numpy has no bfloat16, so these arrays hold the raw bits (uint16).
 def _bf16_decode(bits):
     """uint16 bfloat16 bits -> float32 values"""
-    wide = np.asarray(np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16),
-                      dtype=np.uint32)
-    return wide.reshape(wide.shape or (1,)).view(np.float32).reshape(wide.shape)
+    wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32)
+    wide <<= np.uint32(16)
+    return wide.view(np.float32)
 
 
 def _bf16_encode(values):
     """numeric values -> uint16 bfloat16 bits, as bf16_t(static_cast<float>(v))"""
     with np.errstate(all='ignore'):
-        f32 = np.asarray(values).astype(np.float32)
-    bits = f32.reshape(f32.shape or (1,)).view(np.uint32).reshape(f32.shape)
-    return np.asarray(bits >> np.uint32(16)).astype(np.uint16)
+        bits = np.asarray(values).astype(np.float32).view(np.uint32)
+    bits >>= np.uint32(16)
+    return bits.astype(np.uint16)
 
 
 def _convert(src, src_dtype, dst_dtype):
@@ -200,7 +199,7 @@ class _EmptyRegion(object):
         fails on the empty shape (MXNetError) unless the value is empty too"""
         if isinstance(value, numeric_types):
             return
-        vshape = np.shape(value.asnumpy() if isinstance(value, NDArray) else value)
+        vshape = value.shape if isinstance(value, NDArray) else np.shape(value)
         if int(np.prod(vshape)) == 0:
             return
         while len(vshape) > len(self.shape) and vshape[0] == 1:
@@ -230,19 +229,8 @@ def _expand_key(key, ndim):
 
 def _expand_basic_key(key, ndim):
     """a basic key (ints, slices, None, one Ellipsis) as one int or slice per axis"""
-    parts = key if isinstance(key, tuple) else (key,)
-    has_ellipsis = any(k is Ellipsis for k in parts)
-    given = [k for k in parts if k is not None and k is not Ellipsis]
-    fill = [slice(None)] * max(ndim - len(given), 0)
-    expanded = []
-    for k in parts:
-        if k is Ellipsis:
-            expanded.extend(fill)
-        elif k is not None:
-            expanded.append(k)
-    if not has_ellipsis:
-        expanded.extend(fill)
-    return expanded
+    return [k for k in _expand_key(key, ndim) if k is not None]
+
 
 # the scalar index types MXNet's legacy indexing takes (mxnet.base.integer_types)
 _INDEX_INTS = (int, np.int32, np.int64)
@@ -970,8 +958,9 @@ class NDArray(object):
     def __abs__(self):
         return self._unary(np.absolute)
 
-    def _unary(self, ufunc):
-        res = empty(self.shape, ctx=self.context, dtype=self.dtype)
+    def _unary(self, ufunc, out=None):
+        """ufunc(values, out=...) into `out` or a new array of this shape and dtype"""
+        res = empty(self.shape, ctx=self.context, dtype=self.dtype) if out is None else out
         values = self._values()
         return res._write(lambda o: ufunc(values, out=o))
 
@@ -1408,7 +1397,6 @@ def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None,
     """Evenly spaced values in [start, stop), each `repeat` times (MXNet's ``_arange``:
     the length is ceil((stop - start) / step) * repeat in double precision, element i is
     DType(start) + DType(i // repeat) * DType(step))."""
-    from .._numerics import dmlc_double
     if stop is None:
         start, stop = 0, start
     if infer_range:
@@ -1444,9 +1432,7 @@ def _unary_fn(ufunc):
     def fn(data, out=None, **kwargs):  # pylint: disable=unused-argument
         if out is None and data.stype == 'row_sparse':  # 0 stays 0: on the stored rows
             return data._unary_rsp(ufunc)
-        res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
-        values = data._values()
-        return res._write(lambda o: ufunc(values, out=o))
+        return data._unary(ufunc, out)
     return fn
 
 
@@ -1458,7 +1444,6 @@ sign = _unary_fn(_mx_sign)
 
 def clip(data, a_min, a_max, out=None):
     """clip(x, a_min, a_max); the bounds are float32 operator parameters (as in MXNet)."""
-    from .._numerics import dmlc_float
     lo, hi = dmlc_float(a_min, 'a_min'), dmlc_float(a_max, 'a_max')
     if data.dtype is bfloat16:
         lo, hi = _bf16_round(lo), _bf16_round(hi)
