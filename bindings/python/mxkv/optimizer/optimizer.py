@@ -524,10 +524,20 @@ class Optimizer(object):
     def create_state(self, index, weight):
         """Auxiliary state for a weight (None if the optimizer has none)."""
 
+    def _no_multi_precision(self, weights):
+        """mxkv has no float32 master copies: refuse float16 weights with multi_precision
+        (also for states loaded from MXNet, whose (master copy, state) tuples would
+        otherwise reach the update kernels)"""
+        if self.multi_precision and any(
+                w.dtype == np.float16 for w in (weights if isinstance(weights, (list, tuple))
+                                                else [weights])):
+            raise MXKVUsageError('multi_precision is not supported by mxkv optimizers yet '
+                                 '(a float16 weight with %s(multi_precision=True))'
+                                 % type(self).__name__)
+
     def create_state_multi_precision(self, index, weight):
         """create_state, warning about float16 accumulation."""
-        if weight.dtype == np.float16 and self.multi_precision:
-            raise MXKVUsageError('multi_precision is not supported by mxkv optimizers yet')
+        self._no_multi_precision(weight)
         if weight.dtype == np.float16 and not self.multi_precision:
             warnings.warn('Accumulating with float16 in optimizer can lead to poor accuracy or '
                           'slow convergence. Consider using multi_precision=True option of the '
@@ -540,6 +550,7 @@ class Optimizer(object):
 
     def update_multi_precision(self, index, weight, grad, state):
         """update (no separate mixed-precision path in mxkv)"""
+        self._no_multi_precision(weight)
         self.update(index, weight, grad, state)
 
     def set_learning_rate(self, lr):
@@ -680,6 +691,7 @@ class SGD(Optimizer):
         self._update_impl(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
+        self._no_multi_precision(weight)
         self._update_impl(index, weight, grad, state)
 
 
@@ -955,7 +967,8 @@ class Updater(object):
 # gives MXNet NDArrays and optimizers, which mxkv's updater cannot use. The loader maps
 # MXNet's classes onto mxkv's instead and never imports mxnet:
 #  * mxnet.ndarray.ndarray.NDArray, pickled as NDArray(None) + BUILD {'handle':
-#    bytearray(MXNDArraySaveRawBytes)}: the raw bytes are MXNet's one-array serialisation,
+#    bytearray(MXNDArraySaveRawBytes)} (RowSparseNDArray and CSRNDArray of
+#    mxnet.ndarray.sparse likewise): the raw bytes are MXNet's one-array serialisation,
 #    which is also each array's record in a .params file, so they are read by the
 #    library's own .params loader (MXNDArrayLoad: every field checked, -1 + an error for a
 #    bad one);
@@ -963,6 +976,9 @@ class Updater(object):
 #    mxkv's class of the same name (the same attributes, checked);
 #  * any other mxnet.* name is refused, naming it.
 _PARAMS_MAGIC = 0x112   # kMXAPINDArrayListMagic
+_MXNET_ARRAY_CLASSES = (('mxnet.ndarray.ndarray', 'NDArray'),
+                        ('mxnet.ndarray.sparse', 'RowSparseNDArray'),
+                        ('mxnet.ndarray.sparse', 'CSRNDArray'))
 
 
 class _MXNetNDArrayPickle(object):
@@ -994,7 +1010,7 @@ class _StatesUnpickler(pickle.Unpickler):
         if module == 'mxnet' or module.startswith('mxnet.'):
             from .. import _optimizer_pickle
             from .. import lr_scheduler
-            if (module, name) == ('mxnet.ndarray.ndarray', 'NDArray'):
+            if (module, name) in _MXNET_ARRAY_CLASSES:
                 return _MXNetNDArrayPickle
             if module == 'mxnet.optimizer.optimizer' and name in _optimizer_pickle.OPTIMIZERS:
                 klass = globals()[name]
