@@ -183,7 +183,8 @@ def test_a_real_mxnet_worker_with_a_numpy_lr_on_our_server(tmp_path, mxnet_made,
     if lr == 'f32':
         assert not refusals, out
     else:
-        assert len(refusals) == 1 and "dtype 'c8' is not a bool, int, float or str" in refusals[0] \
+        assert len(refusals) == 1, out
+        assert "dtype 'c8' is not a bool, int, float or str" in refusals[0] \
             and 'No optimizer was installed from it' in refusals[0], out
 
 

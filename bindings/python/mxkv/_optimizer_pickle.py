@@ -17,14 +17,14 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     Only mxkv's built-in optimizer and lr-scheduler classes, holding plain values
     (``None``, ``bool``, ``int``, ``float``, ``str``, ``tuple``, ``list``, ``dict``, numpy
     bool, int and float scalars, and ``numpy.str_``, written as the equal ``str``), can be
-    sent; anything else raises
-    :class:`UnsendableOptimizerError` on the worker, naming the attribute and its type
-    (what the server would refuse is refused before sending).  A numpy scalar is written
-    as MXNet's pickle writes it (``numpy.core.multiarray.scalar(numpy.dtype(code, False,
-    True), _codecs.encode(its bytes as latin-1 text, 'latin1'))``), the text escaped like
-    every other string: MXNet's own worker fails in ``py_str`` (``UnicodeDecodeError``)
-    when a byte of the value is 0x80 or more (``np.float32(0.1)``), ours sends
-    ``\\u00cd``, which any server, MXNet's included, reads back into the same scalar.
+    sent; anything else raises :class:`UnsendableOptimizerError` on the worker, naming the
+    attribute and its type (what the server would refuse is refused before sending).  A
+    numpy bool, int or float scalar is written as MXNet's pickle writes it
+    (``numpy.core.multiarray.scalar(numpy.dtype(code, False, True), _codecs.encode(its
+    bytes as latin-1 text, 'latin1'))``), the text escaped like every other string:
+    MXNet's own worker fails in ``py_str`` (``UnicodeDecodeError``) when a byte of the
+    value is 0x80 or more (``np.float32(0.1)``), ours sends ``\\u00cd``, which any
+    server, MXNet's included, reads back into the same scalar.
 
 ``loads(body) -> Optimizer``
     The server side: a restricted unpickler.  It accepts only the built-in optimizer
@@ -41,9 +41,9 @@ server's controller (``kvstore_server.py``, ``_controller``) receives the body a
     through ``_codecs.encode(text, 'latin1')`` up to protocol 2): these three are accepted
     for bool, int and float dtypes, which give the same numpy scalar, and for ``U<n>``
     (a ``numpy.str_``, e.g. names taken from a numpy array: UTF-32 text), which gives the
-    equal ``str``, without calling anything by name.  Nothing found by name is ever called: the
-    reconstructor and ``object`` are placeholders, classes are only instantiated with
-    ``object.__new__`` (no ``__init__``), ``BUILD`` applies a dict of str keys to an
+    equal ``str``.  Nothing found by name is ever called: the reconstructor and ``object``
+    are placeholders, classes are only instantiated with ``object.__new__`` (no
+    ``__init__``), ``BUILD`` applies a dict of str keys to an
     instance created here (the optimizers' own ``__setstate__``, a plain ``__dict__``
     update for schedulers) and to nothing else, ``APPEND``/``SETITEM``/``ADDITEMS`` only
     fill real lists, dicts and sets, dict keys and set elements must be scalars (hashing a
@@ -228,8 +228,8 @@ def _check_sendable(optimizer, tables):
         elif t not in _PLAIN:
             raise UnsendableOptimizerError(
                 'cannot send optimizer: %s is a %s; dist servers accept only None, bool, int, '
-                'float, str, tuple, list and dict values and numpy scalars of dtype %s'
-                % (path, _type_name(obj), ', '.join(_NP_CODES)))
+                'float, str, tuple, list and dict values, numpy scalars of dtype %s and '
+                'numpy.str_' % (path, _type_name(obj), ', '.join(_NP_CODES)))
 
 
 class _MXNetPickler(pickle._Pickler):  # pylint: disable=protected-access
@@ -501,10 +501,9 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
             except UnicodeDecodeError as err:
                 refuse('not UTF-32 text (%s)' % err.reason)
         dtype = spec.dtype()
-        if len(args[1]) != dtype.itemsize:
-            refuse('%d bytes for a %s scalar of %d' % (len(args[1]), dtype.name,
-                                                        dtype.itemsize))
-        return np.frombuffer(args[1], dtype=dtype)[0]   # a numpy scalar, native order
+        if len(data) != dtype.itemsize:
+            refuse('%d bytes for a %s scalar of %d' % (len(data), dtype.name, dtype.itemsize))
+        return np.frombuffer(data, dtype=dtype)[0]   # a numpy scalar, native order
 
     def load_newobj(self):
         args = self.stack.pop()
