@@ -962,3 +962,31 @@ def test_bfloat16_astype_uint16_copy_false_converts(mxkv):
     res = arr.astype(np.uint16, copy=False)
     assert res is not arr and res.dtype is np.uint16
     assert res.asnumpy().tolist() == [1, 2]
+
+
+# --- maximum / minimum are MXNet's IsNan(a) ? a : (a > b ? a : b): of 0.0 and -0.0 the
+# second operand comes out (numpy's maximum gave the first for float16 / float64), and a
+# number-first call keeps the array's element as a (_maximum_scalar(array, number))
+def _zeros_pair(mx, dtype):
+    return (mx.nd.array([0.0, -0.0, np.nan, 1.0, -0.0], dtype=dtype),
+            mx.nd.array([-0.0, 0.0, 1.0, np.nan, -0.0], dtype=dtype))
+
+
+EXTREMA = {}
+for _dt in ('float16', 'float32', 'float64'):
+    for _fn in ('maximum', 'minimum'):
+        EXTREMA['%s %s arrays' % (_dt, _fn)] = (lambda d, f: lambda mx: getattr(mx.nd, f)(
+            *_zeros_pair(mx, d)))(_dt, _fn)
+        EXTREMA['%s %s array, -0.0' % (_dt, _fn)] = (lambda d, f: lambda mx: getattr(mx.nd, f)(
+            _zeros_pair(mx, d)[0], -0.0))(_dt, _fn)
+        EXTREMA['%s %s -0.0, array' % (_dt, _fn)] = (lambda d, f: lambda mx: getattr(mx.nd, f)(
+            -0.0, _zeros_pair(mx, d)[0]))(_dt, _fn)
+        EXTREMA['%s %s 0.0, array' % (_dt, _fn)] = (lambda d, f: lambda mx: getattr(mx.nd, f)(
+            0.0, _zeros_pair(mx, d)[1]))(_dt, _fn)
+        EXTREMA['%s %s nan, array' % (_dt, _fn)] = (lambda d, f: lambda mx: getattr(mx.nd, f)(
+            float('nan'), _zeros_pair(mx, d)[1]))(_dt, _fn)
+
+
+@pytest.mark.parametrize('name', sorted(EXTREMA))
+def test_maximum_minimum_operand_order(both, name):
+    run_both(both, EXTREMA[name], name)

@@ -1217,14 +1217,30 @@ def _bf16_negative(x, out=None):
     return out
 
 
-def _bf16_maximum(a, b, out=None, casting='unsafe'):
-    np.copyto(out, np.where(np.asarray(a) > np.asarray(b), a, b), casting=casting)
-    return out
+def _extremum(compare, nan_passes):
+    """MXNet's maximum / minimum kernels (mshadow_op.h): IsNan(a) ? a : (compare(a, b) ? a
+    : b), so of equal values (0.0 and -0.0) b comes out, and a NaN b too; IsNan of a
+    bf16_t is false (`nan_passes` off)"""
+    def extremum(a, b, out=None, casting='unsafe'):
+        a, b = np.asarray(a), np.asarray(b)
+        take_a = compare(a, b)
+        if nan_passes:
+            take_a |= np.isnan(a)
+        np.copyto(out, np.where(take_a, a, b), casting=casting)
+        return out
+    return extremum
 
 
-def _bf16_minimum(a, b, out=None, casting='unsafe'):
-    np.copyto(out, np.where(np.asarray(a) < np.asarray(b), a, b), casting=casting)
-    return out
+_MAXIMUM, _MINIMUM = _extremum(np.greater, True), _extremum(np.less, True)
+_BF16_MAXIMUM, _BF16_MINIMUM = _extremum(np.greater, False), _extremum(np.less, False)
+
+
+def _array_first(fn):
+    """`fn` for number-first calls: MXNet's _maximum_scalar / _minimum_scalar take the
+    array's element as a and the number as b whichever comes first"""
+    def swapped(a, b, out=None, casting='unsafe'):
+        return fn(b, a, out=out, casting=casting)
+    return swapped
 
 
 def _mx_sign(x, out=None):
@@ -1468,6 +1484,11 @@ def cast(data, dtype, out=None):
     return out
 
 
+def _extremum_of(arr, reverse, kernel, bf16_kernel):
+    fn = bf16_kernel if arr.dtype is bfloat16 else kernel
+    return _array_first(fn) if reverse else fn
+
+
 def _binary_fn(ufunc, scalar_fn, name, doc, by_dtype=False):
     """mx.nd.<name>(lhs, rhs) as MXNet's _ufunc_helper runs it: an NDArray operand gives
     the elementwise result (`ufunc`, or with `by_dtype` ufunc(array, reverse) choosing one
@@ -1497,10 +1518,9 @@ divide = _binary_fn(lambda arr, reverse: arr._divide_ufunc(reverse), operator.tr
 true_divide = divide
 modulo = _binary_fn(_mx_mod, operator.mod, 'modulo', 'lhs % rhs (MXNet\'s mod)')
 power = _binary_fn(_mx_power, operator.pow, 'power', 'base ** exp (MXNet\'s power)')
-# MXNet's maximum / minimum pass a NaN on (IsNan), except for bfloat16 (a > b ? a : b)
-maximum = _binary_fn(lambda arr, _: _bf16_maximum if arr.dtype is bfloat16 else np.maximum,
+maximum = _binary_fn(lambda arr, reverse: _extremum_of(arr, reverse, _MAXIMUM, _BF16_MAXIMUM),
                      lambda x, y: x if x > y else y, 'maximum', 'elementwise maximum',
                      by_dtype=True)
-minimum = _binary_fn(lambda arr, _: _bf16_minimum if arr.dtype is bfloat16 else np.minimum,
+minimum = _binary_fn(lambda arr, reverse: _extremum_of(arr, reverse, _MINIMUM, _BF16_MINIMUM),
                      lambda x, y: x if x < y else y, 'minimum', 'elementwise minimum',
                      by_dtype=True)
