@@ -990,3 +990,42 @@ for _dt in ('float16', 'float32', 'float64'):
 @pytest.mark.parametrize('name', sorted(EXTREMA))
 def test_maximum_minimum_operand_order(both, name):
     run_both(both, EXTREMA[name], name)
+
+
+# --- MXNet's math:: wrappers: sqrt and abs (fabs) of an integer array compute in double,
+# square (sqr) in float, each cast back with C's conversion (|2**62 + 1| is 2**62, the
+# square of 16777217 INT_MIN); clip compares integer and float16 data with the float
+# bounds as C promotes them and writes DType(bound) (the bounds were cast to the dtype
+# first: a bound of 3.4e38 became INT_MIN); -x is _mul_scalar(x, -1.0), which leaves a
+# NaN's sign as it is (numpy's negative flips it)
+_INTS = {'int64': [2 ** 62 + 1, 2 ** 48 - 1, -(2 ** 53 + 1), 16777217, -5],
+         'int32': [16777217, -2 ** 31, 2 ** 31 - 1, 46341, -5],
+         'int8': [-128, 127, -5, 0, 3], 'uint8': [255, 0, 7, 128, 3]}
+MATH = {}
+for _dt, _vals in _INTS.items():
+    for _fn in ('abs', 'sqrt', 'square'):
+        MATH['%s %s' % (_dt, _fn)] = (lambda d, v, f: lambda mx: getattr(mx.nd, f)(
+            mx.nd.array(np.array(v, d), dtype=d)))(_dt, _vals, _fn)
+    MATH['%s abs()' % _dt] = (lambda d, v: lambda mx: abs(mx.nd.array(np.array(v, d),
+                                                                       dtype=d)))(_dt, _vals)
+    MATH['%s neg' % _dt] = (lambda d, v: lambda mx: -mx.nd.array(np.array(v, d),
+                                                                  dtype=d))(_dt, _vals)
+    for _lo, _hi in [(-7, 3.4e38), (0, 16777217), (-1e30, 1e30), (float('nan'), 5), (2.5, 2.7),
+                     (-1e10, float('nan'))]:
+        MATH['%s clip(%r, %r)' % (_dt, _lo, _hi)] = (lambda d, v, lo, hi: lambda mx: mx.nd.clip(
+            mx.nd.array(np.array(v, d), dtype=d), lo, hi))(_dt, _vals, _lo, _hi)
+for _dt in ('float16', 'float32', 'float64'):
+    MATH['%s neg of NaNs' % _dt] = (lambda d: lambda mx: -mx.nd.array(
+        [np.nan, -np.nan, -0.0, 1.5], dtype=d))(_dt)
+    MATH['%s clip(1.0001, 3e38)' % _dt] = (lambda d: lambda mx: mx.nd.clip(
+        mx.nd.array([1.0, 1.0009765625, 70000.0, -np.nan], dtype=d), 1.0001, 3e38))(_dt)
+MATH['row_sparse neg of NaNs'] = lambda mx: -mx.nd.sparse.row_sparse_array(
+    ([[np.nan, -1.0]], [1]), shape=(3, 2))
+
+
+@pytest.mark.parametrize('name', sorted(MATH))
+def test_math_wrappers_clip_and_negation(both, name):
+    def scenario(mx):
+        res = MATH[name](mx)
+        return res.tostype('default') if res.stype != 'default' else res
+    run_both(both, scenario, name)

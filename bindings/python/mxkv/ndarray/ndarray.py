@@ -951,12 +951,12 @@ class NDArray(object):
         return self._binary(other, _mx_mod, out=self)
 
     def __neg__(self):
-        if self.dtype is bfloat16:  # MXNet's bf16 negative leaves a NaN as it is
-            return self._unary(_bf16_negative)
-        return self._unary(np.negative)
+        # MXNet's -x is _mul_scalar(x, -1.0): a NaN keeps its sign (x86's mulss passes the
+        # NaN operand on), an unsigned integer wraps (DType(-1.0) is the all-ones value)
+        return self._binary(-1.0, np.multiply)
 
     def __abs__(self):
-        return self._unary(np.absolute)
+        return self._unary(_ABS)
 
     def _unary(self, ufunc, out=None):
         """ufunc(values, out=...) into `out` or a new array of this shape and dtype"""
@@ -1207,16 +1207,6 @@ _LESS, _LESS_EQUAL = _comparison(np.less), _comparison(np.less_equal)
 _GREATER, _GREATER_EQUAL = _comparison(np.greater), _comparison(np.greater_equal)
 
 
-def _bf16_round(value):
-    """a float32 value as bf16_t keeps it (the high half), as float32"""
-    return _bf16_decode(_bf16_encode(np.float32(value)))[()]
-
-
-def _bf16_negative(x, out=None):
-    np.copyto(out, np.where(np.isnan(x), x, -x))
-    return out
-
-
 def _extremum(compare, nan_passes):
     """MXNet's maximum / minimum kernels (mshadow_op.h): IsNan(a) ? a : (compare(a, b) ? a
     : b), so of equal values (0.0 and -0.0) b comes out, and a NaN b too; IsNan of a
@@ -1249,15 +1239,36 @@ def _mx_sign(x, out=None):
     return out
 
 
-def _float_math(ufunc):
-    """MXNet's math:: functions: double for float64, float32 otherwise (an int array's
-    sqrt is sqrtf of the value, cast back: NaN gives INT_MIN)"""
+def _math(ufunc, integers_in_double):
+    """MXNet's math:: functions (src/operator/math_functions-inl.h): double for float64,
+    float for float32 / float16 / bfloat16, and for integers double where
+    `integers_in_double` (the math.h wrappers: sqrt, fabs) else float (sqr); the result
+    cast back with C's conversion (NaN and overflow give INT_MIN in an int32)"""
     def fn(x, out=None):
         x = np.asarray(x)
-        wide = np.float64 if out.dtype == np.float64 else np.float32
+        wide = np.float64 if out.dtype == np.float64 or (
+            integers_in_double and x.dtype.kind in 'iub') else np.float32
         np.copyto(out, ufunc(x.astype(wide)), casting='unsafe')
         return out
     return fn
+
+
+_ABS = _math(np.absolute, True)
+
+
+def _clip_kernel(lo, hi):
+    """MXNet's clip kernel (matrix_op-inl.h): data > a_max ? a_max : data < a_min ? a_min
+    : data, the bounds floats: integer and float16 data compare as float, the bound
+    written is DType(bound)"""
+    def kernel(x, out=None):
+        x = np.asarray(x)
+        wide = x.astype(np.float64 if x.dtype == np.float64 else np.float32)
+        with np.errstate(all='ignore'):
+            lo_t, hi_t = np.array([lo, hi], np.float32).astype(out.dtype)
+        np.copyto(out, np.where(wide > hi, hi_t, np.where(wide < lo, lo_t, x)),
+                  casting='unsafe')
+        return out
+    return kernel
 
 
 def _c_int_divide(a, b, out=None, casting='unsafe'):
@@ -1452,28 +1463,20 @@ def _unary_fn(ufunc):
     return fn
 
 
-sqrt = _unary_fn(_float_math(np.sqrt))
-square = _unary_fn(np.square)
-abs = _unary_fn(np.absolute)  # pylint: disable=redefined-builtin
+sqrt = _unary_fn(_math(np.sqrt, True))
+square = _unary_fn(_math(np.square, False))
+abs = _unary_fn(_ABS)  # pylint: disable=redefined-builtin
 sign = _unary_fn(_mx_sign)
 
 
 def clip(data, a_min, a_max, out=None):
-    """clip(x, a_min, a_max); the bounds are float32 operator parameters (as in MXNet)."""
+    """clip(x, a_min, a_max); the bounds are float32 operator parameters (as in MXNet);
+    a row_sparse array stays row_sparse where a_min <= 0 <= a_max."""
     lo, hi = dmlc_float(a_min, 'a_min'), dmlc_float(a_max, 'a_max')
-    if data.dtype is bfloat16:
-        lo, hi = _bf16_round(lo), _bf16_round(hi)
-    else:
-        lo, hi = data._np_dtype.type(lo), data._np_dtype.type(hi)
+    kernel = _clip_kernel(lo, hi)
     if out is None and data.stype == 'row_sparse' and lo <= 0 <= hi:
-        return data._unary_rsp(lambda v, out: np.copyto(
-            out, np.where(v > hi, hi, np.where(v < lo, lo, v)), casting='unsafe'))
-    res = empty(data.shape, ctx=data.context, dtype=data.dtype) if out is None else out
-    x = data._values()
-
-    def compute(out_v):
-        out_v[...] = np.where(x > hi, hi, np.where(x < lo, lo, x))
-    return res._write(compute)
+        return data._unary_rsp(kernel)
+    return data._unary(kernel, out)
 
 
 def cast(data, dtype, out=None):

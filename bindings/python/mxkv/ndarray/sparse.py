@@ -413,7 +413,7 @@ class RowSparseNDArray(BaseSparseNDArray):
                                 dtype=self.dtype)
 
     def __abs__(self):
-        return self._unary_rsp(np.absolute)
+        return self._unary_rsp(_dense._ABS)
 
     def sum(self, *args, **kwargs):
         """MXNet's sum of a row_sparse array: a storage fallback (the dense sum)"""
@@ -527,9 +527,7 @@ class RowSparseNDArray(BaseSparseNDArray):
     __div__ = __truediv__
 
     def __neg__(self):
-        data, idx = self._parts()
-        return row_sparse_array((-data, idx), shape=self.shape, ctx=self.context,
-                                dtype=self.dtype)
+        return self._scalar_binary(-1.0, np.multiply)  # MXNet: _mul_scalar(x, -1.0)
 
     def __iadd__(self, other):
         (self + other).copyto(self)
