@@ -47,14 +47,12 @@ class KVStoreServer(object):
 
     def __init__(self, kvstore):
         self.kvstore = kvstore
-        self.refused = []   # (cmd_id, message) of the commands the controller refused
 
     def _on_command(self, cmd_id, body):
         if cmd_id == 0:
             try:
                 optimizer = _optimizer_pickle.loads(body)
             except _optimizer_pickle.RefusedPickleError as err:
-                self.refused.append((cmd_id, str(err)))
                 _loud('mxkv server %d refused the optimizer a worker sent (set_optimizer, '
                       'kController): %s. No optimizer was installed from it: this server '
                       'keeps its previous updater (without one, pushed values are summed and '
@@ -69,8 +67,7 @@ class KVStoreServer(object):
             # an exception must not cross the C callback: log it and keep serving
             try:
                 self._on_command(cmd_id, body or b'')
-            except Exception as err:  # pylint: disable=broad-except
-                self.refused.append((cmd_id, repr(err)))
+            except Exception:  # pylint: disable=broad-except
                 _loud('mxkv server %d: the controller failed on command %d:\n%s'
                       % (self.kvstore.rank, cmd_id, traceback.format_exc().rstrip()))
         return SERVER_CONTROLLER(controller)
