@@ -1029,3 +1029,24 @@ def test_math_wrappers_clip_and_negation(both, name):
         res = MATH[name](mx)
         return res.tostype('default') if res.stype != 'default' else res
     run_both(both, scenario, name)
+
+
+# --- reshape: MXNet's InferReshapeShape writes the inferred size to the result dim at the
+# -1's position in the *given* shape, another dim than the -1's own after a -2 or -4 (the
+# size then differs and the frontend raises ValueError; past the end the -1 stays 1)
+RESHAPE_INFER = {}
+for _shape, _spec, _rev in [((2, 3), (-2, -1), False), ((2, 3), (-2, -1), True),
+                            ((2, 3), (-2, -1, 1), False), ((2, 3), (-2, -1, 1), True),
+                            ((2, 3), (2, -2, -1), False), ((2, 3), (2, -2, -1), True),
+                            ((2, 3), (-1, -2), False), ((2, 3), (-1, -2), True),
+                            ((24,), (-2, -2, -1), False), ((24,), (-4, 24, 1, -1), False),
+                            ((2, 3, 4), (-4, 1, 2, -2, -1), False),
+                            ((2, 3, 4), (0, -4, 3, 1, -1), True)]:
+    RESHAPE_INFER['%s.reshape(%s, reverse=%s)' % (_shape, _spec, _rev)] = (
+        lambda sh, sp, rv: lambda mx: mx.nd.array(np.arange(np.prod(sh)).reshape(sh)).reshape(
+            sp, reverse=rv))(_shape, _spec, _rev)
+
+
+@pytest.mark.parametrize('name', sorted(RESHAPE_INFER))
+def test_reshape_inferred_dim_position(both, name):
+    run_both(both, RESHAPE_INFER[name], name)

@@ -1042,6 +1042,9 @@ def _c_div(num, den):
 def _infer_reshape(dshape, shape, reverse):
     """MXNet's InferReshapeShape (src/operator/tensor/matrix_op-inl.h): the shape that
     `shape` (with the special values 0, -1, -2, -3, -4) gives for an array of `dshape`.
+    As there, the inferred size goes to the result dim at the -1's position in `shape`,
+    which is another dim than the -1's own after a -2 or -4 (the size then does not
+    match: the caller raises ValueError as MXNet's frontend does).
     Raises MXNetError where MXNet's checks fail, and where MXNet divides by zero (a -1 to
     infer next to a zero dim, or -4 splitting with a zero factor: SIGFPE in MXNet)."""
     params = []
@@ -1069,7 +1072,7 @@ def _infer_reshape(dshape, shape, reverse):
         elif dim == -1:
             if inf_idx >= 0:
                 fail('One and only one dim can be inferred')
-            inf_idx = len(out)
+            inf_idx = i  # MXNet keeps the position in `shape`, not in the result
             out.append(1)
             src_idx += 1
         elif dim == -2:
@@ -1112,7 +1115,8 @@ def _infer_reshape(dshape, shape, reverse):
         size = 1
         for d in dshape:
             size *= d
-        out[inf_idx] = size // rest
+        if inf_idx < len(out):  # (past the end, after -2s or a -4, MXNet's write to its
+            out[inf_idx] = size // rest  # vector lands outside the result: the -1 stays 1)
     if reverse:
         out.reverse()
     return tuple(out)
