@@ -632,21 +632,21 @@ class Job(object):
         if self.watchdog is not None:
             self.watchdog.add(node.proc.pid)
         prefix = ('[%s] ' % node.label).encode()
-        pipes = [(node.proc.stdout, False), (node.proc.stderr, True)]
+        unread = [(node.proc.stdout, False), (node.proc.stderr, True)]
         try:
-            while pipes:
-                t = threading.Thread(target=_pump, args=(pipes[0][0], prefix, self.out,
-                                                         pipes[0][1]),
+            while unread:
+                pipe, err = unread[0]
+                t = threading.Thread(target=_pump, args=(pipe, prefix, self.out, err),
                                      name='%s output' % node.label, daemon=True)
                 t.start()
                 node.readers.append(t)
-                del pipes[0]
+                unread.pop(0)
             threading.Thread(target=self._wait, args=(node,), name='%s wait' % node.label,
                              daemon=True).start()
         except RuntimeError:
             # "can't start new thread": the node runs, but nothing would read its output or
             # report its exit (the job would wait for it until giving up): end it now
-            self._abandon(node, [pipe for pipe, _ in pipes])
+            self._abandon(node, [pipe for pipe, _ in unread])
             raise
         if self.args.verbose:
             self.out.say('started %s: pid %d' % (node.label, node.proc.pid))
@@ -782,7 +782,8 @@ class Job(object):
                              % (', '.join(n.label for n in stuck), GIVE_UP_AFTER_KILL,
                                 ', '.join(str(n.proc.pid) for n in stuck)))
                 break
-        # every node's leader has exited (or would not die): end whatever is left in their process groups
+        # every node's leader has exited (or would not die): end whatever is left in their
+        # process groups
         left = [n for n in self.nodes if n.proc is not None and _group_members(n.proc.pid)]
         if left:
             if not self.stopping:
