@@ -417,6 +417,17 @@ def test_dumps_refuses_what_servers_refuse(mxkv, op):
                                                          mxkv.base.MXNetError))
 
 
+def test_dumps_of_an_mxnet_optimizer_object_says_what_can_be_sent(mxnet, op):
+    """an MXNet optimizer object handed to mxkv's dist store: the refusal said 'mxkv or
+    MXNet 1.9.1 classes' could be sent, and refused the MXNet class"""
+    with pytest.raises(op.UnsendableOptimizerError) as err:
+        op.dumps(mxnet.optimizer.SGD())
+    text = str(err.value)
+    assert text.startswith('cannot send optimizer mxnet.optimizer.optimizer.SGD to dist '
+                           'servers: only the built-in optimizers of mxkv.optimizer '), text
+    assert "nor another library's classes" in text and 'mxkv or MXNet' not in text, text
+
+
 # --- real MXNet worker -> mxkv server --------------------------------------------------
 @pytest.fixture(scope='module')
 def sent(tmp_path_factory, ref_python):

@@ -194,9 +194,10 @@ def _check_sendable(optimizer, tables):
     servers would refuse."""
     if type(optimizer) not in tables.optimizers:
         raise UnsendableOptimizerError(
-            'cannot send optimizer %s to dist servers: only the built-in optimizers %s (mxkv '
-            'or MXNet 1.9.1 classes, not subclasses) can be unpickled by a server'
-            % (_type_name(optimizer), ', '.join(OPTIMIZERS)))
+            'cannot send optimizer %s to dist servers: only the built-in optimizers of '
+            'mxkv.optimizer (%s; not subclasses, nor another library\'s classes) can be '
+            'sent (a server, mxkv\'s or MXNet 1.9.1\'s, loads them as its own class of the '
+            'same name)' % (_type_name(optimizer), ', '.join(OPTIMIZERS)))
     seen = set()
     todo = [(optimizer, type(optimizer).__name__)]
     while todo:
