@@ -29,6 +29,7 @@
 //! holds is checked again at each [`PROBE_STEP`] it grows by: a file that
 //! claims or holds more than the process can allocate fails with `-1`.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -441,9 +442,79 @@ impl<R: Read> Reader<R> {
         self.take_into(n, what, &mut out)?;
         Ok(out)
     }
-    /// Fills a dense array just allocated for bytes checked to fit.
-    fn fill_array(&mut self, a: &NDArray) -> Result<()> {
-        self.fill(a.write().bytes_mut())
+    /// Reads `n` bytes of array data into the array `make` allocates: into
+    /// its buffers (its own, or a sparse array's data and then its aux
+    /// arrays), which must hold `n` bytes together.
+    ///
+    /// With a known length, `n` must fit in what the source holds, checked
+    /// before anything is allocated. Of unknown length, `n` must be at most
+    /// [`MAX_BYTES`], and the claim proves itself first: the bytes are read
+    /// into mapped chunks of [`CHUNK`] bytes until what is still to come is
+    /// no more than what came (or one chunk); then the array is allocated,
+    /// each chunk is moved into it and unmapped, and the rest is read
+    /// straight into it. A lying source so costs at most about three times
+    /// the bytes it sent, and a true one the data once plus a chunk (not
+    /// twice, as a buffer read whole and then copied would).
+    fn read_data(
+        &mut self,
+        n: u64,
+        what: &dyn Fn() -> String,
+        make: impl FnOnce() -> Result<(NDArray, Vec<NDArray>)>,
+    ) -> Result<NDArray> {
+        let mut chunks = VecDeque::new();
+        match self.left() {
+            Some(left) => ensure!(
+                n <= left,
+                "Invalid NDArray file format: {} needs {n} bytes, the file holds {left} more",
+                what()
+            ),
+            None => {
+                ensure!(
+                    n <= MAX_BYTES as u64,
+                    "Invalid NDArray file format: {} claims {n} bytes, more than this library \
+                     allocates ({MAX_BYTES})",
+                    what()
+                );
+                let mut got = 0;
+                while n - got > got.max(CHUNK as u64) {
+                    let mut chunk = memmap2::MmapMut::map_anon(CHUNK).map_err(|e| {
+                        Error::new(format!(
+                            "out of memory reading {} ({n} bytes) after {got} bytes: {e}",
+                            what()
+                        ))
+                    })?;
+                    self.fill(&mut chunk)?;
+                    got += CHUNK as u64;
+                    chunks.push_back(chunk);
+                }
+            }
+        }
+        let (a, bufs) = make()?;
+        let sizes: u64 = bufs.iter().map(|b| b.read().len() as u64).sum();
+        ensure!(
+            sizes == n,
+            "{} holds {sizes} bytes, not the {n} bytes read for it",
+            what()
+        );
+        let mut head = 0; // bytes of the front chunk moved already
+        for (i, buf) in bufs.iter().enumerate() {
+            self.part = if i == 0 { "data" } else { "aux data" };
+            let mut guard = buf.write();
+            let dst = guard.bytes_mut();
+            let mut at = 0;
+            while let Some(chunk) = chunks.front().filter(|_| at < dst.len()) {
+                let k = (chunk.len() - head).min(dst.len() - at);
+                dst[at..at + k].copy_from_slice(&chunk[head..head + k]);
+                at += k;
+                head += k;
+                if head == chunk.len() {
+                    chunks.pop_front();
+                    head = 0;
+                }
+            }
+            self.fill(&mut dst[at..])?;
+        }
+        Ok(a)
     }
 }
 
@@ -562,18 +633,12 @@ fn read_dense<R: Read>(r: &mut Reader<R>, shape: Shape) -> Result<NDArray> {
     r.part = "dtype";
     let dtype = DType::from_code(r.i32()?)?;
     let nbytes = byte_len(&shape, dtype)?;
-    ensure!(
-        r.fits(nbytes),
-        "Invalid NDArray file format: array of shape {shape} does not fit in the file"
-    );
     r.part = "data";
-    if r.len.is_some() {
-        let a = NDArray::zeros(shape, dtype, ctx)?;
-        r.fill_array(&a)?;
-        return Ok(a);
-    }
-    let data = r.take(nbytes, &|| format!("array of shape {shape}"))?;
-    NDArray::from_bytes(shape, dtype, ctx, &data)
+    let what = || format!("array of shape {shape}");
+    r.read_data(nbytes, &what, || {
+        let a = NDArray::zeros(shape.clone(), dtype, ctx)?;
+        Ok((a.clone(), vec![a]))
+    })
 }
 
 /// An array of the formats before V2, which MXNet 1.9.1 still loads
@@ -694,59 +759,37 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
         // (malformed aux shapes: refused by `NDArray::sparse_zeros`)
         None => storage_shape,
     };
-    let data_len = byte_len(&storage_shape, dtype)?;
-    let aux_lens = aux_shapes
-        .iter()
-        .zip(&aux_types)
-        .map(|(s, &t)| byte_len(s, t))
-        .collect::<Result<Vec<_>>>()?;
-    let total = aux_lens
-        .iter()
-        .try_fold(data_len, |acc, &n| acc.checked_add(n));
-    if let Some(left) = r.left() {
-        ensure!(
-            total.is_some_and(|t| t <= left),
-            "Invalid NDArray file format: {} array of shape {shape} with storage shape \
-             {storage_shape} needs {} bytes, the file holds {left} more",
-            stype_name(stype),
-            total.map_or("more".into(), |t| t.to_string())
-        );
-        let a = NDArray::sparse_zeros(stype, shape, dtype, Context::CPU0, &aux_types, &aux_shapes)?;
-        let parts = a.parts()?;
-        ensure!(
-            parts.data.shape() == &storage_shape,
-            "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
-        );
-        r.part = "data";
-        r.fill_array(&parts.data)?;
-        r.part = "aux data";
-        for aux in &parts.aux {
-            r.fill_array(aux)?;
-        }
-        return Ok(a);
+    let mut total = Some(byte_len(&storage_shape, dtype)?);
+    for (s, &t) in aux_shapes.iter().zip(&aux_types) {
+        let n = byte_len(s, t)?;
+        total = total.and_then(|total| total.checked_add(n));
     }
-    // Unknown length: read every part first, allocate the array after.
-    r.part = "data";
-    let data = r.take(data_len, &|| {
-        format!("data of storage shape {storage_shape}")
+    let what = || {
+        format!(
+            "{} array of shape {shape} with storage shape {storage_shape}",
+            stype_name(stype)
+        )
+    };
+    let total = total.ok_or_else(|| {
+        Error::new(format!(
+            "Invalid NDArray file format: {} does not fit in the file",
+            what()
+        ))
     })?;
-    r.part = "aux data";
-    let aux_data = aux_shapes
-        .iter()
-        .zip(aux_lens)
-        .map(|(s, n)| r.take(n, &|| format!("aux array of shape {s}")))
-        .collect::<Result<Vec<_>>>()?;
-    let a = NDArray::sparse_zeros(stype, shape, dtype, Context::CPU0, &aux_types, &aux_shapes)?;
-    let parts = a.parts()?;
-    ensure!(
-        parts.data.shape() == &storage_shape,
-        "Invalid NDArray file format: storage shape {storage_shape} does not match the aux shapes"
-    );
-    parts.data.copy_from_bytes(&data)?;
-    for (aux, bytes) in parts.aux.iter().zip(&aux_data) {
-        aux.copy_from_bytes(bytes)?;
-    }
-    Ok(a)
+    r.part = "data";
+    r.read_data(total, &what, || {
+        let a = NDArray::sparse_zeros(
+            stype,
+            shape.clone(),
+            dtype,
+            Context::CPU0,
+            &aux_types,
+            &aux_shapes,
+        )?;
+        let parts = a.parts()?;
+        let bufs = std::iter::once(parts.data).chain(parts.aux).collect();
+        Ok((a, bufs))
+    })
 }
 
 fn stype_name(stype: StorageType) -> &'static str {
@@ -1291,6 +1334,78 @@ mod tests {
         assert_eq!(out.len(), (3 << 20) + 1);
         assert!(out.iter().all(|&b| b == 7));
         ROOM_LIMIT.with(|l| l.set(u64::MAX));
+    }
+
+    /// Arrays of unknown length beyond [`CHUNK`] bytes: the first bytes go
+    /// into chunks until the claim is half proved, then into the array, the
+    /// chunks moved in; chunk edges fall inside the data and across the
+    /// data's end into the aux arrays.
+    #[test]
+    fn pipes_read_big_arrays_through_chunks() {
+        let n = 3 * CHUNK / 4 + 1; // float32: 3 MiB + 4 bytes
+        let vals: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let dense = NDArray::from_bytes(
+            Shape(vec![n as i64]),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(&vals),
+        )
+        .unwrap();
+        // row_sparse: 70000 float64 rows of 3 (1680000 bytes), then 560000
+        // bytes of indices: chunks end at 1 MiB and 2 MiB.
+        let rows = 70_000usize;
+        let data: Vec<f64> = (0..rows * 3).map(|i| i as f64 - 7.25).collect();
+        let data = NDArray::from_bytes(
+            Shape(vec![rows as i64, 3]),
+            DType::F64,
+            Context::CPU0,
+            bytemuck::cast_slice(&data),
+        )
+        .unwrap();
+        let idx: Vec<i64> = (0..rows as i64).map(|i| 2 * i + 1).collect();
+        let rsp = NDArray::row_sparse(
+            Shape(vec![2 * rows as i64 + 5, 3]),
+            Context::CPU0,
+            data,
+            &idx,
+        )
+        .unwrap();
+        let bytes = save(&[dense, rsp], &[]).unwrap();
+        let (arrays, _) = stream(&bytes).unwrap();
+        assert_eq!(arrays[0].read().typed::<f32>(), &vals[..]);
+        assert_eq!(arrays[1].rsp_indices().unwrap(), idx);
+        assert_eq!(save(&arrays, &[]).unwrap(), bytes);
+        for cut in [bytes.len() - 1, bytes.len() - 600_000, 60 + (1 << 20)] {
+            let msg = stream(&bytes[..cut]).unwrap_err().message().to_string();
+            assert!(msg.contains("truncated"), "{cut}: {msg}");
+        }
+    }
+
+    /// A pipe whose array claim it does not back: chunks are mapped only
+    /// for the bytes that come, and the array never allocated.
+    #[test]
+    fn a_lying_pipe_costs_the_bytes_it_sent() {
+        let sent = (5 << 20) + 3;
+        let mut r = Reader::new(io::repeat(0).take(sent), None, "a pipe");
+        let err = r
+            .read_data(1 << 40, &|| "rows".into(), || panic!("allocated"))
+            .unwrap_err();
+        assert!(err.message().contains("truncated"), "{}", err.message());
+        assert_eq!(r.pos, 5 << 20);
+        // A claim within a chunk is allocated at once, as it is no more
+        // than a chunk.
+        let mut r = Reader::new(io::repeat(0).take(5), None, "a pipe");
+        let err = r
+            .read_data(CHUNK as u64, &|| "rows".into(), || {
+                let a = NDArray::zeros(Shape(vec![CHUNK as i64]), DType::U8, Context::CPU0)?;
+                Ok((a.clone(), vec![a]))
+            })
+            .unwrap_err();
+        assert!(
+            err.message().contains("truncated at byte 0"),
+            "{}",
+            err.message()
+        );
     }
 
     /// A pipe (finding 2) claiming more than [`MAX_BYTES`] for an array or a

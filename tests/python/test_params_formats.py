@@ -143,7 +143,8 @@ def test_refusals_say_why(mxkv, tmp_path):
         'v1_ndim_neg1': 'Invalid NDArray file format: ndim -1',
         'v0_ndim_negative': 'array magic 0xdeadbeef is no known version, and as the ndim of a '
                             'V0 array it is negative (-559038737)',
-        'v1_short': 'Invalid NDArray file format: array of shape [4] does not fit in the file',
+        'v1_short': 'Invalid NDArray file format: array of shape [4] needs 16 bytes, the file '
+                    'holds 12 more',
     }
     for name, text in want.items():
         path = str(tmp_path / (name + '.params'))

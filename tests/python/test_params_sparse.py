@@ -3,7 +3,8 @@
 Each case is built the same way in both libraries (MXNDArrayCreateSparseEx, then
 MXNDArraySyncCopyFromNDArray of the data and of each aux array, as MXNet's Python
 constructors do): empty ones (no stored value, no rows), all-zero values, one row,
-non-square, 1-d and 3-d row_sparse, float16/float64/uint8/int32/int64 values.
+non-square, 1-d and 3-d row_sparse, float16/float64/uint8/int32/int64 values, and
+arrays of a few MiB.
   * MXNet saves, mxkv loads (from the file and through a pipe): the same storage type,
     shape, dtype, data and aux arrays (dtype, shape, bytes) and dense values;
   * mxkv saves, MXNet loads: the same;
@@ -59,6 +60,12 @@ CASES = {
     'rsp_zero_values': rsp((3, 2), 'float32', [0, 0, 0, 0], [0, 2]),
     'rsp_nnz0': rsp((3, 2), 'float32', [], []),
     'rsp_no_rows': rsp((0, 2), 'float32', [], []),
+    # beyond 1 MiB: read from a pipe through chunks, whose edges fall inside the
+    # data and across its end into the aux arrays
+    'rsp_big_f64': rsp((140005, 3), 'float64', np.arange(210000) - 7.25,
+                       np.arange(70000) * 2 + 1),
+    'csr_big_f32': csr((1000, 1000), 'float32', np.arange(200000) * 0.5,
+                       np.arange(1001) * 200, np.tile(np.arange(0, 1000, 5), 1000)),
 }
 
 
