@@ -919,9 +919,10 @@ def test_random_keys(both, seed):
         run_both(both, write, 'set %r of %s %s = %s' % (key, shape, dtype, kind))
 
 
-# --- integer array / integer array or number is C's exact integer division (it went through
-# float64 and lost the low bits of 64-bit values: (2**62 + 1) / 1 gave 2**62); astype(copy=False) compares the
-# NDArray dtype, so a bfloat16 array is returned as it is for bfloat16 (it was copied)
+# --- integer array / integer array or number is C's exact integer division (it went
+# through float64 and lost the low bits of 64-bit values: (2**62 + 1) / 1 gave 2**62);
+# astype(copy=False) compares the NDArray dtype, so a bfloat16 array is returned as it is
+# for bfloat16 (it was copied)
 def _int64(mx, values):
     return mx.nd.array(np.array(values, np.int64), dtype='int64')
 
@@ -1050,3 +1051,31 @@ for _shape, _spec, _rev in [((2, 3), (-2, -1), False), ((2, 3), (-2, -1), True),
 @pytest.mark.parametrize('name', sorted(RESHAPE_INFER))
 def test_reshape_inferred_dim_position(both, name):
     run_both(both, RESHAPE_INFER[name], name)
+
+
+# --- a float parameter is read as dmlc::FieldEntry<float>::Set reads it: refused where the
+# parser moves past no character (a leading exponent or 'f' suffix is a 0: they were
+# refused) and where characters are left after the number (they were ignored: '1.5abc'
+# was 1.5); only ASCII digits are digits, 'inf' / 'infinity' / 'nan(chars)' are whole
+# words; an array-like value that numpy cannot read is a TypeError in a[...] = v
+CLIP_TEXT = [('e5', 'f'), ('x', 1), ('-', '2'), (' 1', '+'), ('.', '.5e1'), ('1e', 'F'),
+             ('inx', 1), ('nan', 'infinity'), ('-INF', '1e3f'), ('  ', 1), ('', 1),
+             ('\u0661', 1), ('1\u0662', 3), ('1.5abc', 2), ('1e3f ', 1e4), ('1 ', 2),
+             ('nan(abc)', 1), ('nanx', 1), ('infx', 1), ('infin', 1), ('1/3', 1),
+             ('0x10', 1), ('1e+', 2), ('1.5e-2.5', 2), ('nan(', 1), ('nan(a-b)', 1),
+             ('+-1', 2), ('\t2', 3), ('\v2', 3), ('1ef', 2), ('.e1', 2), ('-.', 2),
+             ('00012.500', 20), ('1e-0045', 1), ('0.1234567890123456789012', 1)]
+
+
+@pytest.mark.parametrize('case', range(len(CLIP_TEXT)))
+def test_float_parameter_text(both, case):
+    lo, hi = CLIP_TEXT[case]
+    run_both(both, lambda mx: mx.nd.clip(mx.nd.array([-3.0, 0.5, 4.0]), lo, hi),
+             'clip(%r, %r)' % (lo, hi))
+
+
+@pytest.mark.parametrize('value', ['e5', '2', '1.5abc', ' 1', 'x'])
+def test_string_values_written(both, value):
+    run_both(both, lambda mx: mx.nd.full((2,), value), 'full %r' % value)
+    run_both(both, lambda mx: _assign(mx.nd.zeros((3,)), slice(1, None), value),
+             'a[1:] = %r' % value)

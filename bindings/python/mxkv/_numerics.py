@@ -25,6 +25,7 @@ from .base import MXNetError
 __all__ = ['dmlc_float', 'dmlc_double', 'strtof', 'param_str']
 
 _MAX_DIGITS = 19
+_DIGITS = '0123456789'  # dmlc::isdigit (str.isdigit takes other scripts' digits too)
 
 
 def param_str(value):
@@ -33,70 +34,85 @@ def param_str(value):
 
 
 def _dmlc_parse(text, ftype, name):
-    """dmlc::stof / dmlc::stod (ParseFloat<ftype, CheckRange=true>) on `text`; returns a
-    numpy scalar, raises MXNetError where they throw std::out_of_range (an exponent
-    beyond 38 / 308, e.g. 1e-39 for a float or 1e-320 for a double)."""
+    """MXNet's parameter parser for a float / double field (dmlc::FieldEntry<float /
+    double>::Set: dmlc::stof / stod, ParseFloat<ftype, CheckRange=true>) on `text`;
+    returns a numpy scalar.  MXNetError where it throws: no character read ("No
+    conversion could be performed"), characters left after the number ("Some trailing
+    characters could not be parsed"), an exponent beyond 38 / 308 (std::out_of_range,
+    e.g. 1e-39 for a float or 1e-320 for a double, whatever the sign of the value)."""
     is_double = ftype is np.float64
+    kind = 'double' if is_double else 'float'
     max_exp = 308 if is_double else 38
     max_sig = ftype(1.79769313486231570 if is_double else np.float32(3.402823466))
     max_sig_neg = ftype(2.22507385850720139 if is_double else np.float32(1.175494351))
-    s = text.lstrip()
-    i, n = 0, len(s)
+    n = len(text)
+    i = n - len(text.lstrip(' \t\r\n\f'))  # dmlc::isspace
     positive = True
-    if i < n and s[i] in '+-':
-        positive = s[i] == '+'
+    if i < n and text[i] in '+-':
+        positive = text[i] == '+'
         i += 1
-    if i == 0 and len(s) == len(text) and not s[:1].isdigit() and not s[:1] == '.' and \
-            not s.lower().startswith(('inf', 'nan')):
-        # dmlc::stof / stod: "No conversion could be performed" (std::invalid_argument)
+
+    def digits(i):
+        j = i
+        while j < n and text[j] in _DIGITS:
+            j += 1
+        return j
+
+    low = text[i:i + 8].lower()
+    matched = 0
+    while matched < len(low) and low[matched] == 'infinity'[matched]:
+        matched += 1
+    if matched in (3, 8):  # "inf" or "infinity"
+        value, i = ftype(np.inf), i + matched
+    elif low.startswith('nan'):  # NaN's sign is dropped
+        value, i = ftype(np.nan), i + 3
+        if i < n and text[i] == '(':  # nan(chars)
+            j = i + 1
+            while j < n and (text[j] in _DIGITS or text[j] == '_' or
+                             'a' <= text[j].lower() <= 'z'):
+                j += 1
+            if j >= n or text[j] != ')':
+                raise MXNetError("Invalid NAN literal for %s: '%s'" % (name, text))
+            i = j + 1
+    else:
+        j = digits(i)
+        predec = int(text[i:j] or '0') & 0xFFFFFFFFFFFFFFFF
+        value, i = ftype(float(predec)) if predec < (1 << 53) else ftype(predec), j
+        if i < n and text[i] == '.':
+            j = digits(i + 1)
+            kept = text[i + 1:j][:_MAX_DIGITS]  # digits past 19 are read and dropped
+            if kept:
+                value = ftype(value + ftype(float(int(kept)) / float(10 ** len(kept))))
+            i = j
+        if i < n and text[i] in 'eE':
+            i += 1
+            negative_exp = False
+            if i < n and text[i] in '+-':
+                negative_exp = text[i] == '-'
+                i += 1
+            j = digits(i)
+            expon = int(text[i:j] or '0') & 0xFFFFFFFF
+            i = j
+            if expon > max_exp or (expon == max_exp and (
+                    value < max_sig_neg if negative_exp else value > max_sig)):
+                raise MXNetError("Out of range value for %s, value='%s' (%s)" % (name, text, kind))
+            scale = ftype(1.0)
+            with np.errstate(over='ignore', under='ignore'):
+                while expon >= 8:
+                    scale = ftype(scale * ftype(1e8))
+                    expon -= 8
+                while expon > 0:
+                    scale = ftype(scale * ftype(10.0))
+                    expon -= 1
+                value = ftype(value / scale) if negative_exp else ftype(value * scale)
+        if i < n and text[i] in 'fF':  # a C float suffix
+            i += 1
+    if i == 0:
         raise MXNetError("Invalid Parameter format for %s expect %s but value='%s'"
-                         % (name, 'float' if ftype is np.float32 else 'double', text))
-    low = s[i:].lower()
-    if low.startswith('inf'):
-        return ftype(np.inf if positive else -np.inf)
-    if low.startswith('nan'):
-        return ftype(np.nan)
-    predec = 0
-    while i < n and s[i].isdigit():
-        predec = (predec * 10 + ord(s[i]) - 48) & 0xFFFFFFFFFFFFFFFF
-        i += 1
-    value = ftype(float(predec)) if predec < (1 << 53) else ftype(predec)
-    if i < n and s[i] == '.':
-        i += 1
-        val2, pow10, cnt = 0, 1, 0
-        while i < n and s[i].isdigit():
-            if cnt < _MAX_DIGITS:
-                val2 = val2 * 10 + ord(s[i]) - 48
-                pow10 *= 10
-            i += 1
-            cnt += 1
-        value = ftype(value + ftype(float(val2) / float(pow10)))
-    if i < n and s[i] in 'eE':
-        i += 1
-        frac = False
-        if i < n and s[i] in '+-':
-            frac = s[i] == '-'
-            i += 1
-        expon = 0
-        while i < n and s[i].isdigit():
-            expon = (expon * 10 + ord(s[i]) - 48) & 0xFFFFFFFF
-            i += 1
-        # ParseFloat<CheckRange=true> sets ERANGE here and dmlc::stof / stod throw
-        # std::out_of_range, which MXNet's parameter parser reports as
-        # "Out of range value for <field>" (whatever the sign of the value)
-        if expon > max_exp or (expon == max_exp and ((not frac and value > max_sig)
-                                                     or (frac and value < max_sig_neg))):
-            raise MXNetError("Out of range value for %s, value='%s' (%s)"
-                             % (name, text, 'float' if ftype is np.float32 else 'double'))
-        scale = ftype(1.0)
-        with np.errstate(over='ignore', under='ignore'):
-            while expon >= 8:
-                scale = ftype(scale * ftype(1e8))
-                expon -= 8
-            while expon > 0:
-                scale = ftype(scale * ftype(10.0))
-                expon -= 1
-            value = ftype(value / scale) if frac else ftype(value * scale)
+                         % (name, kind, text))
+    if i < n:
+        raise MXNetError("Some trailing characters could not be parsed: '%s' (%s, value='%s')"
+                         % (text[i:], name, text))
     return value if positive else ftype(-value)
 
 

@@ -798,14 +798,17 @@ class NDArray(object):
             scalar = self._scalar(value, 'value', fill=self._fills(key))
             self._view(write=True)[key] = scalar
             return
-        if full:
+        try:  # MXNet's _prepare_value_nd: TypeError for what array() cannot take
             value = np.asarray(value, dtype=self._np_dtype)
+        except (TypeError, ValueError):
+            raise TypeError('%s does not support assignment with non-array-like object %r '
+                            'of type %s' % (type(self).__name__, value, type(value)))
+        if full:
             if value.shape != self.shape:
                 value = np.broadcast_to(value, self.shape)
             self._sync_copyfrom(value)
             return
-        dst = self._view(write=True)
-        dst[key] = np.asarray(value, dtype=dst.dtype)
+        self._view(write=True)[key] = value
 
     # --- arithmetic ----------------------------------------------------------------------
     def _scalar(self, value, name='scalar', fill=False):
@@ -1499,8 +1502,8 @@ def _extremum_of(arr, reverse, kernel, bf16_kernel):
 def _binary_fn(ufunc, scalar_fn, name, doc, by_dtype=False):
     """mx.nd.<name>(lhs, rhs) as MXNet's _ufunc_helper runs it: an NDArray operand gives
     the elementwise result (`ufunc`, or with `by_dtype` ufunc(array, reverse) choosing one
-    by the array's dtype and whether the number comes first), two numbers `scalar_fn`; no ``out`` argument (MXNet's functions have
-    none)."""
+    by the array's dtype and whether the number comes first), two numbers `scalar_fn`;
+    no ``out`` argument (MXNet's functions have none)."""
     def pick(arr, reverse):
         return ufunc(arr, reverse) if by_dtype else ufunc
 
