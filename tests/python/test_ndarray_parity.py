@@ -1056,7 +1056,7 @@ def test_reshape_inferred_dim_position(both, name):
 # --- a float parameter is read as dmlc::FieldEntry<float>::Set reads it: refused where the
 # parser moves past no character (a leading exponent or 'f' suffix is a 0: they were
 # refused) and where characters are left after the number (they were ignored: '1.5abc'
-# was 1.5); only ASCII digits are digits, 'inf' / 'infinity' / 'nan(chars)' are whole
+# was 1.5); integer parts are rounded once; only ASCII digits are digits, 'inf' / 'infinity' / 'nan(chars)' are whole
 # words; an array-like value that numpy cannot read is a TypeError in a[...] = v
 CLIP_TEXT = [('e5', 'f'), ('x', 1), ('-', '2'), (' 1', '+'), ('.', '.5e1'), ('1e', 'F'),
              ('inx', 1), ('nan', 'infinity'), ('-INF', '1e3f'), ('  ', 1), ('', 1),
@@ -1064,7 +1064,10 @@ CLIP_TEXT = [('e5', 'f'), ('x', 1), ('-', '2'), (' 1', '+'), ('.', '.5e1'), ('1e
              ('nan(abc)', 1), ('nanx', 1), ('infx', 1), ('infin', 1), ('1/3', 1),
              ('0x10', 1), ('1e+', 2), ('1.5e-2.5', 2), ('nan(', 1), ('nan(a-b)', 1),
              ('+-1', 2), ('\t2', 3), ('\v2', 3), ('1ef', 2), ('.e1', 2), ('-.', 2),
-             ('00012.500', 20), ('1e-0045', 1), ('0.1234567890123456789012', 1)]
+             ('00012.500', 20), ('1e-0045', 1), ('0.1234567890123456789012', 1),
+             # the integer part is a uint64 rounded once to float (numpy rounds twice)
+             ('1152921573326323713', 2e30), ('1152921573326323713.5', 2e30),
+             ('18446744073709551615', 2e30), ('18446744073709551617', 2e30)]
 
 
 @pytest.mark.parametrize('case', range(len(CLIP_TEXT)))

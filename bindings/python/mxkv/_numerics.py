@@ -33,6 +33,19 @@ def param_str(value):
     return str(value)
 
 
+def _int_to(ftype, number):
+    """static_cast<ftype>(uint64 number): rounded once to nearest even (numpy's float32
+    of a Python int goes through double, which rounds twice)"""
+    if ftype is np.float32 and number.bit_length() > 24:
+        shift = number.bit_length() - 24
+        quot, rem = divmod(number, 1 << shift)
+        half = 1 << (shift - 1)
+        if rem > half or (rem == half and quot & 1):
+            quot += 1
+        number = quot << shift  # 25 bits at most: a double holds it exactly
+    return ftype(float(number))
+
+
 def _dmlc_parse(text, ftype, name):
     """MXNet's parameter parser for a float / double field (dmlc::FieldEntry<float /
     double>::Set: dmlc::stof / stod, ParseFloat<ftype, CheckRange=true>) on `text`;
@@ -77,7 +90,7 @@ def _dmlc_parse(text, ftype, name):
     else:
         j = digits(i)
         predec = int(text[i:j] or '0') & 0xFFFFFFFFFFFFFFFF
-        value, i = ftype(float(predec)) if predec < (1 << 53) else ftype(predec), j
+        value, i = _int_to(ftype, predec), j
         if i < n and text[i] == '.':
             j = digits(i + 1)
             kept = text[i + 1:j][:_MAX_DIGITS]  # digits past 19 are read and dropped
