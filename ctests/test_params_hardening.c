@@ -18,7 +18,7 @@
  *     in memory first: saving 128 MiB grew the peak RSS by 128 MiB), loading
  *     that file from a pipe holds it once (it held it twice), and a
  *     failed write removes the half-written regular file and says so (a
- *     device such as /dev/full is left alone).
+ *     device such as /dev/full is left alone, and so is a symbolic link).
  * The whole test runs under alarm(120).
  */
 #include "check.h"
@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -496,6 +497,18 @@ static void save_fails_midway(const char *path) {
   CHECK_ERR(MXNDArraySave(path, 1, &a, NULL), "MXNDArraySave: cannot write ");
   CHECK(strstr(MXGetLastError(), "(the partial file was removed)") != NULL);
   CHECK(access(path, F_OK) != 0);
+  /* through a symbolic link: the link stays, and the text says the file it
+     names is partly written (the link was removed, the file left as it was) */
+  char link[80];
+  snprintf(link, sizeof link, "%s.link", path);
+  CHECK(symlink(path, link) == 0);
+  CHECK_ERR(MXNDArraySave(link, 1, &a, NULL), "MXNDArraySave: cannot write ");
+  CHECK(strstr(MXGetLastError(), "(the file the symbolic link names is left partly written)") !=
+        NULL);
+  struct stat st;
+  CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK(unlink(link) == 0);
+  unlink(path);
   CHECK_OK(MXNDArrayFree(a));
 }
 

@@ -105,28 +105,27 @@ pub fn save(arrays: &[NDArray], names: &[Vec<u8>]) -> Result<Vec<u8>> {
 /// Saves `arrays` (and their names, if any) to the file at `path`: checked
 /// first, nothing written when a check fails; then streamed through a
 /// buffer, never held whole in memory. When a write fails, a regular file
-/// left half-written is removed (a pipe or device is left alone).
+/// left half-written is removed (a pipe or device is left alone, and so is
+/// a symbolic link, which removing would not remove the file it names).
 pub fn save_file(path: &Path, arrays: &[NDArray], names: &[Vec<u8>]) -> Result<()> {
     let saved = check_save(arrays, names)?;
     let file = File::create(path)
         .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
     let regular = file.metadata().is_ok_and(|m| m.is_file());
+    let linked = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     let mut out = BufWriter::new(file);
     let written = write_saved(&mut out, &saved, names).and_then(|()| out.flush());
     drop(out);
     let Err(e) = written else {
         return Ok(());
     };
-    let removed = regular && std::fs::remove_file(path).is_ok();
-    bail!(
-        "cannot write {}: {e}{}",
-        path.display(),
-        if removed {
-            " (the partial file was removed)"
-        } else {
-            ""
-        }
-    )
+    let fate = match (regular, linked) {
+        (false, _) => "",
+        (true, true) => " (the file the symbolic link names is left partly written)",
+        (true, false) if std::fs::remove_file(path).is_ok() => " (the partial file was removed)",
+        (true, false) => " (the partial file could not be removed)",
+    };
+    bail!("cannot write {}: {e}{fate}", path.display())
 }
 
 fn write_shape<W: Write>(out: &mut W, shape: &Shape) -> io::Result<()> {
