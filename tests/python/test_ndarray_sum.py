@@ -200,3 +200,44 @@ CALLS = {
 @pytest.mark.parametrize('name', sorted(CALLS))
 def test_sum_calls(both, name):
     _same(both, CALLS[name], name)
+
+
+# --- sums whose steps never round (integers, masks): the partial sums are taken from a
+# cumulative sum and checked step by step against the kernel; data that rounds somewhere
+# (past 2**24 in float32, a fraction late in the array) must still give MXNet's bits
+def _unrounded_cases():
+    rng = np.random.RandomState(3)
+    mask = (rng.rand(10 ** 6) < 0.5).astype(np.float32)
+    small = rng.randint(-50, 50, 10 ** 6).astype(np.float32)
+    grows = np.full(10 ** 6, 100.0, np.float32)          # passes 2**24 after 167773 steps
+    late = small.copy()
+    late[-3] = 0.1                                         # rounds only near the end
+    zeros = np.array([-0.0] * 2000 + [1.0, -1.0, -0.0], np.float32)
+    halves = (rng.randint(-8, 8, 4000) / 8.0).astype(np.float32)
+    return {'mask': (mask, True), 'small ints': (small, True), 'past 2**24': (grows, False),
+            'late fraction': (late, False), 'negative zeros': (zeros, True),
+            'eighths': (halves, True)}
+
+
+UNROUNDED = _unrounded_cases()
+
+
+@pytest.mark.parametrize('dtype', FLOATS)
+@pytest.mark.parametrize('name', sorted(UNROUNDED))
+def test_unrounded_sums(both, dtype, name):
+    values, _ = UNROUNDED[name]
+    if dtype == 'float16':
+        values = values[:20000]
+    source = values if dtype == 'bf16' else values.astype(dtype)
+    _same(both, lambda mx: _array(mx, source, dtype).sum(), '%s %s' % (dtype, name))
+    _same(both, lambda mx: _array(mx, source[:6000].reshape(-1, 3), dtype).sum(axis=0),
+          '%s %s in 3 columns' % (dtype, name))
+
+
+def test_unrounded_path_is_taken_only_where_exact():
+    from mxkv.ndarray._reduce import _unrounded_chain
+    for name, (values, exact) in UNROUNDED.items():
+        got = _unrounded_chain(values, False)
+        assert (got is not None) == exact, name
+        if exact:
+            assert got == float(np.sum(values.astype(np.float64))), name
