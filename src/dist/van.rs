@@ -442,8 +442,9 @@ impl Van {
     }
 
     /// Sends `msg` to `msg.recver` as one multipart message and returns the
-    /// bytes sent. Data parts that are uniquely owned, Vec-backed `Bytes`
-    /// go out without a copy.
+    /// bytes sent. Data parts of more than [`COPY_MAX`] bytes go out without
+    /// a copy (libzmq holds a clone of the `Bytes` until it wrote them),
+    /// except those below [`SHARE_MIN`] that something else holds too.
     pub fn send(&self, msg: Message) -> Result<usize> {
         self.send_with(msg, false, None)
     }
@@ -487,23 +488,23 @@ impl Van {
             );
         }
         let nparts = msg.data.len();
-        // The frames, in order; a copied part's frame is made before the
-        // socket is taken (another sender may use it).
-        let mut frames: Vec<Out<'_>> = Vec::with_capacity(1 + nparts);
-        frames.push(Out::Copy(&meta));
-        let mut copied = copied;
-        for (i, part) in msg.data.into_iter().enumerate() {
-            frames.push(match copied {
-                Some((j, src)) if j == i => {
-                    copied = None;
-                    Out::Ready(Some(zmq::Message::from(src)), src)
+        // a copied part's frame is made before the socket is taken (another
+        // sender may use it)
+        let mut copied = copied.map(|(i, src)| (i, Some(zmq::Message::from(src)), src));
+        let frames = std::iter::once(Out::Copy(&meta)).chain(msg.data.iter().enumerate().map(
+            |(i, part)| match &mut copied {
+                Some((j, ready, src)) if *j == i => Out::Ready(ready.take(), src),
+                // Small parts are copied: cheaper than the allocations of a
+                // frame that holds the `Bytes` (a frame of up to 33 bytes
+                // needs none); so are bytes someone else holds too (a lent
+                // value) below SHARE_MIN: the holder may write them again
+                // soon.
+                _ if part.len() <= COPY_MAX || (part.len() < SHARE_MIN && !part.is_unique()) => {
+                    Out::Copy(part)
                 }
-                // Small bytes someone else holds too (a lent value) are
-                // copied: the holder may want to write them again soon.
-                _ if part.len() < SHARE_MIN && !part.is_unique() => Out::Owned(part, true),
-                _ => Out::Owned(part, false),
-            });
-        }
+                _ => Out::Share(part),
+            },
+        ));
         let mut sock = if nowait {
             sender
                 .sock
@@ -528,7 +529,7 @@ impl Van {
         };
         let give_up = Instant::now().checked_add(self.shared.send_timeout);
         let flags = if nowait { zmq::DONTWAIT } else { 0 };
-        send_frames(&mut *sock, frames, flags, give_up).map_err(|(e, sent)| {
+        send_frames(&mut *sock, 1 + nparts, frames, flags, give_up).map_err(|(e, sent)| {
             if sent > 0 {
                 self.log(&format!(
                     "sending to node {peer} failed after {sent} of {} frames: {e}; the rest \
@@ -705,25 +706,29 @@ impl DropLog {
     }
 }
 
+/// A data part of at most this many bytes is copied into its frame.
+const COPY_MAX: usize = 1024;
+
 /// One frame of a message to send. Each can be sent again after a failed
 /// attempt (ZeroMQ keeps a frame whose send failed, but the `zmq` crate
 /// drops it).
 enum Out<'a> {
-    /// Bytes copied into a fresh frame at each attempt (the meta).
+    /// Bytes copied into a fresh frame at each attempt (the meta, small
+    /// parts).
     Copy(&'a [u8]),
     /// A frame made in advance from these bytes (a copied part: one copy,
     /// straight into the frame); a later attempt copies them again.
     Ready(Option<zmq::Message>, &'a [u8]),
-    /// A data part: copied at each attempt (`true`), or sent without a copy
-    /// (libzmq holds a clone of the `Bytes` until the frame is written).
-    Owned(Bytes, bool),
+    /// A data part sent without a copy (libzmq holds a clone of the `Bytes`
+    /// until the frame is written).
+    Share(&'a Bytes),
 }
 
 impl Out<'_> {
     fn len(&self) -> usize {
         match self {
             Out::Copy(b) | Out::Ready(_, b) => b.len(),
-            Out::Owned(b, _) => b.len(),
+            Out::Share(b) => b.len(),
         }
     }
 }
@@ -744,8 +749,8 @@ impl FrameSink for ContextSocket {
     }
 }
 
-/// Sends `frames` as one multipart message (`flags` on each, `SNDMORE` added
-/// on all but the last); the bytes sent.
+/// Sends the `n` `frames` as one multipart message (`flags` on each,
+/// `SNDMORE` added on all but the last); the bytes sent.
 ///
 /// A send that a signal interrupts (EINTR) is made again, as ps-lite's
 /// `SendMsg` does: the first frame until `give_up` (each attempt may wait up
@@ -756,13 +761,13 @@ impl FrameSink for ContextSocket {
 /// frame, drops the rest of that message; a message left unended would take
 /// the next message's frames as its own, or make ZeroMQ drop the next
 /// message). The error comes with how many frames had gone.
-fn send_frames(
+fn send_frames<'a>(
     sink: &mut impl FrameSink,
-    frames: Vec<Out<'_>>,
+    n: usize,
+    frames: impl IntoIterator<Item = Out<'a>>,
     flags: i32,
     give_up: Option<Instant>,
 ) -> std::result::Result<usize, (zmq::Error, usize)> {
-    let n = frames.len();
     let mut bytes = 0;
     let mut failed: Option<(zmq::Error, usize)> = None;
     for (i, mut frame) in frames.into_iter().enumerate() {
@@ -775,8 +780,7 @@ fn send_frames(
                     let f = ready.take().unwrap_or_else(|| zmq::Message::from(*b));
                     sink.send_frame(f, flags)
                 }
-                Out::Owned(b, true) => sink.send_frame(zmq::Message::from(&b[..]), flags),
-                Out::Owned(b, false) => sink.send_bytes(b.clone(), flags),
+                Out::Share(b) => sink.send_bytes((*b).clone(), flags),
             };
             match r {
                 Err(zmq::Error::EINTR) if i > 0 || give_up.map_or(true, |t| Instant::now() < t) => {
@@ -1085,12 +1089,14 @@ mod tests {
         }
     }
 
-    fn frames<'a>(meta: &'a [u8], copied: &'a [u8]) -> Vec<Out<'a>> {
+    /// The frames of each kind: 20 bytes of meta, 8 shared, `copied`
+    /// (100 bytes) copied in advance, 4 copied.
+    fn frames<'a>(meta: &'a [u8], shared: &'a Bytes, copied: &'a [u8]) -> Vec<Out<'a>> {
         vec![
             Out::Copy(meta),
-            Out::Owned(Bytes::from(vec![1u8; 8]), false),
+            Out::Share(shared),
             Out::Ready(Some(zmq::Message::from(copied)), copied),
-            Out::Owned(Bytes::from(vec![3u8; 4]), true),
+            Out::Copy(&[3u8; 4]),
         ]
     }
 
@@ -1108,10 +1114,11 @@ mod tests {
     #[test]
     fn interrupted_frames_are_sent_again() {
         let (meta, copied) = (vec![9u8; 20], vec![5u8; 100]);
+        let shared = Bytes::from(vec![1u8; 8]);
         for at in 1..=4 {
             let eintr = zmq::Error::EINTR;
             let mut sink = Sink::failing(&[(at, eintr), (at + 1, eintr)]);
-            let sent = send_frames(&mut sink, frames(&meta, &copied), 0, None);
+            let sent = send_frames(&mut sink, 4, frames(&meta, &shared, &copied), 0, None);
             assert_eq!(sent, Ok(20 + 8 + 100 + 4), "EINTR at attempt {at}");
             assert_eq!(
                 sink.taken,
@@ -1123,7 +1130,7 @@ mod tests {
         // attempt may wait for the send timeout).
         let mut sink = Sink::failing(&[(1, zmq::Error::EINTR)]);
         let past = Some(Instant::now());
-        let sent = send_frames(&mut sink, frames(&meta, &copied), 0, past);
+        let sent = send_frames(&mut sink, 4, frames(&meta, &shared, &copied), 0, past);
         assert_eq!(sent, Err((zmq::Error::EINTR, 0)));
         assert!(sink.taken.is_empty());
     }
@@ -1134,8 +1141,15 @@ mod tests {
     #[test]
     fn a_message_is_never_left_half_sent() {
         let (meta, copied) = (vec![9u8; 20], vec![5u8; 100]);
+        let shared = Bytes::from(vec![1u8; 8]);
         let mut sink = Sink::failing(&[(2, zmq::Error::ETERM)]);
-        let sent = send_frames(&mut sink, frames(&meta, &copied), zmq::DONTWAIT, None);
+        let sent = send_frames(
+            &mut sink,
+            4,
+            frames(&meta, &shared, &copied),
+            zmq::DONTWAIT,
+            None,
+        );
         assert_eq!(sent, Err((zmq::Error::ETERM, 1)));
         let mut want = expected(&meta, &copied);
         want.remove(1);
@@ -1145,7 +1159,13 @@ mod tests {
         assert_eq!(sink.taken, want);
         // A first frame that fails sends nothing more.
         let mut sink = Sink::failing(&[(1, zmq::Error::EAGAIN)]);
-        let sent = send_frames(&mut sink, frames(&meta, &copied), zmq::DONTWAIT, None);
+        let sent = send_frames(
+            &mut sink,
+            4,
+            frames(&meta, &shared, &copied),
+            zmq::DONTWAIT,
+            None,
+        );
         assert_eq!(sent, Err((zmq::Error::EAGAIN, 0)));
         assert!(sink.taken.is_empty());
     }
