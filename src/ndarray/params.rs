@@ -17,8 +17,10 @@
 //! bytes the file still holds before anything is allocated for it (MXNet
 //! 1.9.1's `NDArray::Load` reads field by field too, and fails after 8 bytes
 //! on a wrong magic). A source of unknown length (a pipe, a character
-//! device) has nothing to check a size against, so there every buffer grows
-//! with the bytes actually read, in chunks, never to a size the file claims.
+//! device) has nothing to check a size against, so there a claim is
+//! believed only as far as the bytes read back it: names and shapes grow
+//! with the bytes read, and an array is allocated once half of its bytes
+//! have come (see [`Reader::read_data`]).
 //!
 //! Memory: MXNet allocates every claimed size up front (the array list, a
 //! shape, a name, an array's data) and fails with `bad_alloc` where that
@@ -739,6 +741,18 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     for _ in 0..naux {
         aux_types.push(DType::from_code(r.i32()?)?);
         aux_shapes.push(r.shape()?);
+    }
+    // MXNet's C API makes sparse arrays with int32 aux arrays (its Python
+    // refuses them); libmxkv's sparse arrays hold int64 ones only.
+    if let Some(t) = aux_types.iter().find(|&&t| t != DType::I64) {
+        bail!(
+            "{} is a {} array with {} (type {}) aux arrays: libmxkv holds sparse arrays with \
+             int64 (type 6) aux arrays only",
+            r.place,
+            stype_name(stype),
+            t.name(),
+            t.code()
+        );
     }
     // Everything is checked before the parts are allocated: the storage
     // shape must be the one the aux shapes give, and the data and aux bytes
