@@ -24,16 +24,30 @@
 //   its locks as it returns; then the forced unwind goes on (rethrown) and the
 //   thread ends as the callback asked, with its exit value.
 //
-// Off such a call (a callback called on another thread), a callback runs
-// right here, inside the try/catch; a forced unwind is rethrown into the
-// library, which then aborts the process as before.
-#include <cerrno>
+// Off such a call (a push that started before the first C updater was set,
+// or no second stack could be mapped), a callback runs right here, inside
+// the try/catch; a forced unwind could only go on into the library's Rust
+// frames, so the process ends with a message instead (std::abort).
+//
+// The switches between the two stacks are _setjmp/_longjmp (no system call;
+// swapcontext sets the signal mask each time, a system call that made a
+// push with an updater four times as slow); a second stack is started once
+// with makecontext/setcontext and then kept, parked in its loop.
+
+// glibc's fortified longjmp (__longjmp_chk) refuses a jump to another stack,
+// which is what the switches below are (as in QEMU's coroutine-ucontext).
+#ifdef _FORTIFY_SOURCE
+#undef _FORTIFY_SOURCE
+#endif
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <cxxabi.h>
 #include <exception>
+#include <new>
 #include <pthread.h>
+#include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -71,16 +85,26 @@ struct Request {
   int ret;
 };
 
+// A second stack, with its loop (fiber_main) parked in `resume` when no
+// body runs on it. The header sits at the top of the stack's own mapping.
+struct Fiber {
+  jmp_buf resume;  // where the fiber waits: for a body, or for a callback's result
+  jmp_buf *start;  // while the fiber starts: where it parks back to
+  void *base;      // the mapping: guard page, stack, this header
+  size_t size;
+  unsigned vg_id;
+};
+
 // One library call running on a second stack (mxkv_run_beside).
 struct Beside {
-  ucontext_t caller;  // the thread's own stack, where callbacks run
-  ucontext_t side;    // the library's stack
+  jmp_buf caller;     // the thread's own stack, where callbacks run
+  Fiber *fiber;       // the library's stack
   body_fn body;
   void *data;
   bool done;
   bool exiting;       // a callback ended the thread: no more callbacks
   Request *request;   // the callback to run next, if any
-  Beside *outer;      // the call this one runs inside (nested calls), if any
+  Beside *outer;      // the call whose callback made this call, if any
 };
 
 // The library call of this thread whose callbacks would run now: set while
@@ -97,31 +121,25 @@ thread_local Beside *current = nullptr;
 const size_t STACK_SIZE = size_t(8) << 20;
 const int CACHED = 4;
 
-struct Stack {
-  void *base;
-  size_t size;
-  unsigned vg_id;
-};
-
 struct Cache {
-  Stack stacks[CACHED];
+  Fiber *fibers[CACHED];
   int n;
   bool gone;  // the thread is ending: stacks go back at once
 };
 
 thread_local Cache cache;
 
-void release(const Stack &s) {
+void release(Fiber *f) {
 #ifdef MXKV_HAVE_VALGRIND
-  VALGRIND_STACK_DEREGISTER(s.vg_id);
+  VALGRIND_STACK_DEREGISTER(f->vg_id);
 #endif
-  munmap(s.base, s.size);
+  munmap(f->base, f->size);
 }
 
 // Empties the cache when the thread ends.
 struct Reaper {
   ~Reaper() {
-    for (int i = 0; i < cache.n; i++) release(cache.stacks[i]);
+    for (int i = 0; i < cache.n; i++) release(cache.fibers[i]);
     cache.n = 0;
     cache.gone = true;
   }
@@ -129,48 +147,95 @@ struct Reaper {
 
 thread_local Reaper reaper;
 
-bool take_stack(Stack *out) {
-  (void)&reaper;  // constructs it (once per thread), so that it runs at thread end
-  if (cache.n > 0) {
-    *out = cache.stacks[--cache.n];
-    return true;
+// The fiber being started (start_fiber to fiber_main).
+thread_local Fiber *starting = nullptr;
+
+// A fiber's whole life: parks at once (start_fiber), then runs one body per
+// resume and switches back to its caller. Never returns.
+[[noreturn]] void fiber_main() {
+  Fiber *f = starting;
+  if (_setjmp(f->resume) == 0) _longjmp(*f->start, 1);
+  for (;;) {
+    Beside *b = current;
+    b->body(b->data);
+    b->done = true;
+    if (_setjmp(b->fiber->resume) == 0) _longjmp(b->caller, 1);
   }
+}
+
+// Runs the new fiber `f` up to its first park. The only switch made with
+// setcontext (a system call, for the signal mask); the others are
+// _setjmp/_longjmp, which leave the signal mask alone.
+__attribute__((noinline)) bool start_fiber(Fiber *f, void *sp, size_t len) {
+  ucontext_t uc;
+  if (getcontext(&uc) != 0) return false;
+  uc.uc_stack.ss_sp = sp;
+  uc.uc_stack.ss_size = len;
+  uc.uc_link = nullptr;
+  makecontext(&uc, fiber_main, 0);
+  jmp_buf back;
+  f->start = &back;
+  starting = f;
+  if (_setjmp(back) == 0) {
+    setcontext(&uc);
+    return false;  // setcontext failed
+  }
+  return true;
+}
+
+// Whether this thread runs with a shadow stack (x86 CET), which a
+// _longjmp to another stack would break. (rdsspq is a no-op without one.)
+bool shadow_stack() {
+#if defined(__x86_64__)
+  unsigned long long ssp = 0;
+  __asm__ volatile("rdsspq %0" : "+r"(ssp));
+  return ssp != 0;
+#else
+  return false;
+#endif
+}
+
+Fiber *take_fiber() {
+  (void)&reaper;  // constructs it (once per thread), so that it runs at thread end
+  if (cache.n > 0) return cache.fibers[--cache.n];
+  if (shadow_stack()) return nullptr;
   size_t page = size_t(sysconf(_SC_PAGESIZE));
   size_t size = STACK_SIZE + page;
   void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (p == MAP_FAILED) return false;
+  if (p == MAP_FAILED) return nullptr;
   if (mprotect(p, page, PROT_NONE) != 0) {
     munmap(p, size);
-    return false;
+    return nullptr;
   }
-  out->base = p;
-  out->size = size;
-  out->vg_id = 0;
+  char *top = static_cast<char *>(p) + size;
+  uintptr_t at = (reinterpret_cast<uintptr_t>(top) - sizeof(Fiber)) & ~uintptr_t(63);
+  Fiber *f = new (reinterpret_cast<void *>(at)) Fiber();
+  f->base = p;
+  f->size = size;
+  f->vg_id = 0;
+  char *sp = static_cast<char *>(p) + page;
+  size_t len = size_t(reinterpret_cast<char *>(at) - sp) & ~size_t(63);
 #ifdef MXKV_HAVE_VALGRIND
-  out->vg_id = VALGRIND_STACK_REGISTER(static_cast<char *>(p) + page, static_cast<char *>(p) + size);
+  f->vg_id = VALGRIND_STACK_REGISTER(sp, sp + len);
 #endif
-  return true;
+  if (!start_fiber(f, sp, len)) {
+    release(f);
+    return nullptr;
+  }
+  return f;
 }
 
-void give_stack(const Stack &s) {
+void give_fiber(Fiber *f) {
   if (cache.gone || cache.n == CACHED) {
-    release(s);
+    release(f);
     return;
   }
-  cache.stacks[cache.n++] = s;
+  cache.fibers[cache.n++] = f;
 }
 
-// The second stack's first frame: runs the body, then (uc_link) resumes the
-// caller where it last switched over.
-void side_entry() {
-  Beside *b = current;
-  b->body(b->data);
-  b->done = true;
-}
-
-// Runs one callback call on the thread's stack: 0/1/2 as documented above;
-// a forced unwind passes on.
+// Runs one callback call: 0/1/2 as documented above; a forced unwind passes
+// on.
 int run_guarded(Request *r) {
   try {
     return r->run(r->ctx, r->err, r->err_len);
@@ -185,13 +250,26 @@ int run_guarded(Request *r) {
 }
 
 // Runs the callback of `r`: on the thread's own stack when the library call
-// runs beside it, else right here.
+// runs beside it; else right here, where a forced unwind would have to
+// cross the library's Rust frames: the process ends instead, saying why.
 int call(Request *r) {
   Beside *b = current;
-  if (b == nullptr) return run_guarded(r);
+  if (b == nullptr) {
+    try {
+      return run_guarded(r);
+    } catch (abi::__forced_unwind &) {
+      static const char msg[] =
+          "libmxkv: a callback ended its thread (pthread_exit or cancellation) where the library "
+          "cannot let it: in a call that was not made on a second stack (see MXKVStoreSetUpdater); "
+          "aborting\n";
+      ssize_t w = write(2, msg, sizeof msg - 1);
+      (void)w;
+      std::abort();
+    }
+  }
   if (b->exiting) return 3;
   b->request = r;
-  swapcontext(&b->side, &b->caller);
+  if (_setjmp(b->fiber->resume) == 0) _longjmp(b->caller, 1);
   // back on the library's stack: `r->ret` is set (3 if the thread is exiting)
   return r->ret;
 }
@@ -208,19 +286,6 @@ int call_with(F f, char *err, size_t err_len) {
   r.err_len = err_len;
   r.ret = 0;
   return call(&r);
-}
-
-// The library's context on stack `st`, starting in side_entry and going
-// back to b->caller when that returns. (Its own function: getcontext
-// returns twice as far as the compiler knows, though nothing resumes it.)
-__attribute__((noinline)) bool make_side(Beside *b, const Stack &st) {
-  if (getcontext(&b->side) != 0) return false;
-  size_t page = size_t(sysconf(_SC_PAGESIZE));
-  b->side.uc_stack.ss_sp = static_cast<char *>(st.base) + page;
-  b->side.uc_stack.ss_size = st.size - page;
-  b->side.uc_link = &b->caller;
-  makecontext(&b->side, side_entry, 0);
-  return true;
 }
 
 }  // namespace
@@ -242,26 +307,23 @@ extern "C" int mxkv_guarded_controller(controller f, int head, const char *body,
 
 // Runs body(data) on a second stack of this thread; the callbacks it makes
 // through the trampolines above run on this (the thread's own) stack.
-// Returns 0 when the body ran; -1 (errno set) when no stack could be made:
-// the body did not run. If a callback ends the thread, the body is finished
-// first (its callbacks then return 3 at once) and the forced unwind goes on
-// from here: this function does not return.
+// Returns 0 when the body ran; -1 when no stack could be made: the body did
+// not run. If a callback ends the thread, the body is finished first (its
+// callbacks then return 3 at once) and the forced unwind goes on from here:
+// this function does not return.
 extern "C" int mxkv_run_beside(body_fn body, void *data) {
-  Stack st;
-  if (!take_stack(&st)) return -1;
+  Fiber *f = take_fiber();
+  if (f == nullptr) return -1;
   Beside b;
+  b.fiber = f;
   b.body = body;
   b.data = data;
   b.done = false;
   b.exiting = false;
   b.request = nullptr;
   b.outer = current;
-  if (!make_side(&b, st)) {
-    give_stack(st);
-    return -1;
-  }
   current = &b;
-  swapcontext(&b.caller, &b.side);
+  if (_setjmp(b.caller) == 0) _longjmp(f->resume, 1);
   while (!b.done) {
     // The body asks for a callback: run it here, on the thread's stack.
     Request *r = b.request;
@@ -275,16 +337,16 @@ extern "C" int mxkv_run_beside(body_fn body, void *data) {
       r->ret = 3;
       b.exiting = true;
       current = &b;
-      swapcontext(&b.caller, &b.side);
+      if (_setjmp(b.caller) == 0) _longjmp(b.fiber->resume, 1);
       current = b.outer;
-      give_stack(st);
+      give_fiber(b.fiber);
       throw;
     }
     current = &b;
-    swapcontext(&b.caller, &b.side);
+    if (_setjmp(b.caller) == 0) _longjmp(b.fiber->resume, 1);
   }
   current = b.outer;
-  give_stack(st);
+  give_fiber(b.fiber);
   return 0;
 }
 
