@@ -367,8 +367,7 @@ class RowSparseNDArray(BaseSparseNDArray):
             src = dmlc_float(float(value), 'src')
             if src == 0:  # written with memset: -0.0 gives +0.0
                 src = np.float32(0.0)
-            with np.errstate(all='ignore'):
-                val = np.array(src, dtype=np.float32).astype(self._np_dtype)[()]
+            val = _dense._convert(np.array(src, dtype=np.float32), np.float32, self.dtype)[()]
             self._assign_parts(np.full(self.shape, val, self._np_dtype),
                                np.arange(self.shape[0], dtype=np.int64))
         elif isinstance(value, (np.ndarray, np.generic)):
@@ -622,9 +621,24 @@ def _prod(dims):
     return res
 
 
-def _dense_to_rsp_into(dense_np, dst):
-    rows = _nonzero_rows(dense_np)
-    dst._assign_parts(dense_np[rows], rows)
+def _stored_values(raw, dtype):
+    """the values of storage values `raw` of NDArray dtype `dtype` (bfloat16: the bits'
+    float32 values), for finding the non-zero rows (-0.0 is a zero)"""
+    return _dense._bf16_decode(raw) if dtype is _dense.bfloat16 else raw
+
+
+def _dense_raw(arr):
+    """a dense NDArray's storage values (bfloat16: the uint16 bits)"""
+    raw = arr.asnumpy()
+    return raw.view(np.uint16) if arr.dtype is _dense.bfloat16 else raw
+
+
+def _dense_to_rsp_into(raw, dst, rows=None):
+    """dst holds the rows of `raw` (storage values of dst's dtype) that are not all
+    zero (or the given `rows`)"""
+    if rows is None:
+        rows = _nonzero_rows(_stored_values(raw, dst.dtype))
+    dst._assign_parts(raw[rows], rows)
     return dst
 
 
@@ -635,9 +649,9 @@ def _dtype_np(dtype):
 
 def _dense_tostype_rsp(arr):
     """dense NDArray -> new RowSparseNDArray on the same context (cast_storage)."""
-    dense = arr.asnumpy()
-    rows = _nonzero_rows(dense)
-    return _from_parts(dense[rows], rows, arr.shape, arr.context, arr.dtype)
+    raw = _dense_raw(arr)
+    rows = _nonzero_rows(_stored_values(raw, arr.dtype))
+    return _from_parts(raw[rows], rows, arr.shape, arr.context, arr.dtype)
 
 
 def _dense_copyto_rsp(src, dst):
@@ -645,7 +659,12 @@ def _dense_copyto_rsp(src, dst):
     if dst.shape != src.shape:
         raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
                          % (src.shape, dst.shape))
-    return _dense_to_rsp_into(src.asnumpy().astype(dst._np_dtype, copy=False), dst)
+    raw = _dense_raw(src)
+    # the rows the source stores as row_sparse (MXNet casts the storage first), then
+    # the values converted as copyto converts them (MXNet 1.9.1 fails on a dtype change
+    # there, asynchronously); a bfloat16 side was taken as raw bits
+    rows = _nonzero_rows(_stored_values(raw, src.dtype))
+    return _dense_to_rsp_into(_dense._convert(raw, src.dtype, dst.dtype), dst, rows)
 
 
 def _from_parts(data, indices, shape, ctx, dtype):
