@@ -311,3 +311,46 @@ fn dist_add_node_reply_only_from_the_scheduler() {
     assert!(po.lost_peers().is_empty());
     po.stop();
 }
+
+/// Registrations the scheduler does not take (a second one from the same
+/// address, one past the number of nodes of a role, one once the cluster is
+/// complete) are dropped like every other message it drops: counted, and
+/// their log lines rate-limited (each printed a line of its own, so a peer
+/// sending them without end filled the log without end).
+#[test]
+fn dist_registrations_not_taken_are_counted_drops() {
+    let sched = Postoffice::bind(cfg(Role::Scheduler, 0, false)).unwrap();
+    let (_ctx, d) = dealer(&format!("tcp://127.0.0.1:{}", sched.port()), None);
+    let register = |port: i32, timestamp: i32| {
+        let before = sched.dropped_messages();
+        let meta = add_node(
+            vec![node(Role::Worker, EMPTY, "127.0.0.1", port)],
+            timestamp,
+        );
+        d.send(meta, 0).unwrap();
+        before
+    };
+    // the first is taken (the one worker's slot): the scheduler connects to
+    // no one until every node registered
+    register(4242, 0);
+    for (port, ts) in [(4242, 1), (4343, 2)] {
+        let before = register(port, ts);
+        until(
+            &format!("the registration at port {port} was dropped"),
+            || sched.dropped_messages() > before,
+        );
+    }
+    assert_eq!(sched.dropped_messages(), 2);
+    sched.stop();
+
+    let (sched, sched_thread) = scheduler(false);
+    let nodes = start_nodes(sched.port(), false);
+    let (_ctx, d) = dealer(&format!("tcp://127.0.0.1:{}", sched.port()), None);
+    let before = sched.dropped_messages();
+    let meta = add_node(vec![node(Role::Server, EMPTY, "127.0.0.1", 4444)], 0);
+    d.send(meta, 0).unwrap();
+    until("the registration after the start was dropped", || {
+        sched.dropped_messages() > before
+    });
+    finish(nodes, sched_thread);
+}

@@ -128,36 +128,33 @@ pub(crate) fn on_add_node(po: &Postoffice, msg: Message) {
     let total = cfg.num_worker + cfg.num_server;
     let sorted = {
         let mut st = po.state.lock();
-        if st.ready {
-            eprintln!(
-                "[mxkv scheduler] ignored a registration of a {} at {}:{}: the cluster is complete",
-                node.role, node.hostname, node.port
-            );
-            return;
-        }
-        let reg = &mut st.sched.registered;
-        if reg
-            .iter()
-            .any(|n| n.hostname == node.hostname && n.port == node.port)
-        {
-            eprintln!(
-                "[mxkv scheduler] ignored a second registration from {}:{}",
-                node.hostname, node.port
-            );
-            return;
-        }
+        let reg = &st.sched.registered;
         let count = |r: Role| reg.iter().filter(|n| n.role == r).count();
         let limit = match node.role {
             Role::Worker => cfg.num_worker,
             _ => cfg.num_server,
         };
-        if count(node.role) >= limit {
-            eprintln!(
-                "[mxkv scheduler] ignored a registration of a {} at {}:{}: all {limit} have registered",
+        let why = if st.ready {
+            Some("the cluster is complete".to_string())
+        } else if reg
+            .iter()
+            .any(|n| n.hostname == node.hostname && n.port == node.port)
+        {
+            Some("a node at that address registered already".to_string())
+        } else if count(node.role) >= limit {
+            Some(format!("all {limit} have registered"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            drop(st);
+            po.van.drop_message(&format!(
+                "the registration of a {} at {}:{}: {why}",
                 node.role, node.hostname, node.port
-            );
+            ));
             return;
         }
+        let reg = &mut st.sched.registered;
         reg.push(node);
         if reg.len() < total {
             return;
