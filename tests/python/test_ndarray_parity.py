@@ -1124,3 +1124,45 @@ def test_bfloat16_row_sparse_set_number(mxkv):
     arr = mxkv.nd.sparse.zeros('row_sparse', (2, 2), dtype=BF16)
     arr[:] = 2.5
     assert arr.data.asnumpy().view(np.uint16).tolist() == [[0x4020] * 2] * 2
+
+
+# --- bfloat16 row_sparse arithmetic works on the rows' values (bf16_t computes in float
+# and keeps the high half): it computed on the raw bits (abs, sqrt, clip, rsp + rsp gave
+# garbage; rsp * 2, -rsp, rsp + dense, astype raised or converted the bits' integers)
+def _bf16_rsp(mx):
+    return mx.nd.array([[1.5, 0], [0, -0.0], [-2.25, 3.0], [np.nan, 0]]).astype(
+        BF16).tostype('row_sparse')
+
+
+BF16_RSP = {
+    '* 2': lambda mx: _bf16_rsp(mx) * 2, '2 *': lambda mx: 2 * _bf16_rsp(mx),
+    '/ 2': lambda mx: _bf16_rsp(mx) / 2, '+ 0': lambda mx: _bf16_rsp(mx) + 0,
+    '- 0': lambda mx: _bf16_rsp(mx) - 0, '+ 1': lambda mx: _bf16_rsp(mx) + 1,
+    'neg': lambda mx: -_bf16_rsp(mx), 'abs': lambda mx: abs(_bf16_rsp(mx)),
+    'nd.abs': lambda mx: mx.nd.abs(_bf16_rsp(mx)), 'sqrt': lambda mx: mx.nd.sqrt(_bf16_rsp(mx)),
+    'square': lambda mx: mx.nd.square(_bf16_rsp(mx)),
+    'sign': lambda mx: mx.nd.sign(_bf16_rsp(mx)),
+    'clip': lambda mx: mx.nd.clip(_bf16_rsp(mx), -1, 2), 'sum': lambda mx: _bf16_rsp(mx).sum(),
+    'astype float32': lambda mx: _bf16_rsp(mx).astype('float32'),
+    'rsp + rsp': lambda mx: _bf16_rsp(mx) + _bf16_rsp(mx),
+    'rsp * rsp': lambda mx: _bf16_rsp(mx) * _bf16_rsp(mx),
+    'rsp + dense': lambda mx: _bf16_rsp(mx) + mx.nd.ones((4, 2)).astype(BF16),
+    'rsp *= 2': lambda mx: _inplace(_bf16_rsp(mx), '__imul__', 2),
+    'maximum': lambda mx: mx.nd.maximum(_bf16_rsp(mx), 1.0),
+}
+
+
+@pytest.mark.parametrize('name', sorted(BF16_RSP))
+def test_bfloat16_row_sparse_arithmetic(both, name):
+    import warnings
+
+    def scenario(mx):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            res = BF16_RSP[name](mx)
+            dense = res.tostype('default') if res.stype != 'default' else res
+            values = dense.asnumpy()
+            return {'stype': res.stype,
+                    'dense': values.view(np.uint16) if values.dtype == BF16 else values}
+    mxnet, mxkv = both
+    assert_same_bits(scenario(mxnet), scenario(mxkv), name)

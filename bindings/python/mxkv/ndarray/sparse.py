@@ -167,12 +167,12 @@ class BaseSparseNDArray(NDArray):
 
     def astype(self, dtype, copy=True):
         """A copy with elements converted to `dtype` (same storage type)."""
-        if not copy and np.dtype(dtype) == self._np_dtype:
+        if not copy and dtype_np_to_mx(dtype) == dtype_np_to_mx(self.dtype):
             return self
         if self.stype == 'row_sparse':
             data, idx = self._parts()
-            return _from_parts(data.astype(_dtype_np(dtype)), idx, self.shape, self.context,
-                               dtype)
+            return _from_parts(_dense._convert(data, self.dtype, dtype_mx_to_np(
+                dtype_np_to_mx(dtype))), idx, self.shape, self.context, dtype)
         res = zeros(self.stype, self.shape, ctx=self.context, dtype=dtype)
         self.copyto(res)
         return res
@@ -245,7 +245,7 @@ class RowSparseNDArray(BaseSparseNDArray):
         raise NotImplementedError()
 
     def _parts(self):
-        """(data, indices) as numpy arrays"""
+        """(data, indices) as numpy arrays, data as stored (bfloat16: the uint16 bits)"""
         self.wait_to_read()
         res = []
         for getter, args in ((_LIB.MXNDArrayGetDataNDArray, ()),
@@ -253,8 +253,21 @@ class RowSparseNDArray(BaseSparseNDArray):
             hdl = NDArrayHandle()
             check_call(getter(self._h, *(args + (ctypes.byref(hdl),))))
             with NDArray(hdl) as part:
-                res.append(part.asnumpy())
+                res.append(part.asnumpy().view(part._np_dtype))
         return res[0], res[1]
+
+    def _value_parts(self):
+        """(values, indices): the stored rows' values for arithmetic (float32 for
+        bfloat16: bf16_t computes in float) and their row numbers"""
+        data, idx = self._parts()
+        return _stored_values(data, self.dtype), idx
+
+    def _of_values(self, values, idx, ctx=None):
+        """a row_sparse array of this shape and dtype holding computed `values` (as
+        MXNet's kernels store them: a C cast, bf16_t's truncation) at rows `idx`"""
+        raw = _dense._convert(np.asarray(values), np.asarray(values).dtype, self.dtype)
+        return row_sparse_array((raw, idx), shape=self.shape,
+                                ctx=self.context if ctx is None else ctx, dtype=self.dtype)
 
     def _fill(self, data_np, idx_np):
         """MXNDArraySyncCopyFromNDArray of the parts (data, then indices, as MXNet does)"""
@@ -330,11 +343,11 @@ class RowSparseNDArray(BaseSparseNDArray):
                                  % (self.shape, other.shape))
             if stype == 'row_sparse':
                 data, idx = self._parts()
-                other._assign_parts(data, idx)
+                other._assign_parts(_dense._convert(data, self.dtype, other.dtype), idx)
                 return other
             if stype == 'default':
-                dense = self._dense_numpy()
-                other._sync_copyfrom(dense)
+                other._sync_copyfrom(_dense._convert(self._dense_numpy(), self.dtype,
+                                                     other.dtype))
                 return other
             raise TypeError('copyto does not support destination NDArray stype ' + str(stype))
         raise TypeError('copyto does not support type ' + str(type(other)))
@@ -385,12 +398,12 @@ class RowSparseNDArray(BaseSparseNDArray):
         if other.dtype != self.dtype:
             raise MXNetError('operands have different dtypes: %s vs %s'
                              % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
-        ldata, lidx = self._parts()
-        rdata, ridx = other._parts()
+        ldata, lidx = self._value_parts()
+        rdata, ridx = other._value_parts()
         idx = np.union1d(lidx, ridx).astype(np.int64)
         # both operands spread over the union of rows, missing rows zero (for sorted,
         # unique indices, which elemwise_add/sub assume; otherwise the first duplicate)
-        lhs = np.zeros((len(idx),) + tuple(self.shape[1:]), self._np_dtype)
+        lhs = np.zeros((len(idx),) + tuple(self.shape[1:]), ldata.dtype)
         rhs = np.zeros_like(lhs)
         lkeep = np.unique(lidx, return_index=True)[1]
         rkeep = np.unique(ridx, return_index=True)[1]
@@ -398,18 +411,16 @@ class RowSparseNDArray(BaseSparseNDArray):
         rhs[np.searchsorted(idx, ridx[rkeep])] = rdata[rkeep]
         with np.errstate(all='ignore'):
             data = ufunc(lhs, rhs)
-        return row_sparse_array((data, idx), shape=self.shape, ctx=self.context,
-                                dtype=self.dtype)
+        return self._of_values(data, idx)
 
     def _unary_rsp(self, fn):
         """an elementwise function that keeps 0 at 0 (abs, sqrt, square, sign ...) on the
         stored rows: a row_sparse result over the same rows, as MXNet's FComputeEx"""
-        data, idx = self._parts()
+        data, idx = self._value_parts()
         out = np.empty_like(data)
         with np.errstate(all='ignore'):
             fn(data, out=out)
-        return row_sparse_array((out, idx), shape=self.shape, ctx=self.context,
-                                dtype=self.dtype)
+        return self._of_values(out, idx)
 
     def __abs__(self):
         return self._unary_rsp(_dense._ABS)
@@ -435,12 +446,11 @@ class RowSparseNDArray(BaseSparseNDArray):
     def _scalar_binary(self, other, ufunc, reverse=False):
         if not isinstance(other, numeric_types):
             return None
-        data, idx = self._parts()
-        rhs = self._scalar(other)
+        data, idx = self._value_parts()
+        rhs = _stored_values(self._scalar(other), self.dtype)[()]  # DType(scalar)
         with np.errstate(all='ignore'):
             res = ufunc(rhs, data) if reverse else ufunc(data, rhs)
-        return row_sparse_array((res.astype(self._np_dtype, copy=False), idx),
-                                shape=self.shape, ctx=self.context, dtype=self.dtype)
+        return self._of_values(res, idx)
 
     def _dense_binary(self, other, ufunc, reverse=False):
         dense = self.tostype('default')
@@ -459,20 +469,19 @@ class RowSparseNDArray(BaseSparseNDArray):
         if other.dtype != self.dtype:
             raise MXNetError('operands have different dtypes: %s vs %s'
                              % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
-        data, idx = self._parts()
+        data, idx = self._value_parts()
         rows = self.shape[0]
         if idx.size and (idx.min() < 0 or idx.max() >= rows):
             raise MXNetError('row_sparse array of shape %s has row indices outside [0, %d): %s'
                              % (self.shape, rows, idx.tolist()))
-        dense = other._arith_view()
+        dense = other._values()
         ctx = self.context if rsp_first else other.context
         # operands in the order MXNet's kernels use (rsp - dense is rsp + (-dense): a NaN
         # in the dense operand comes out with its sign flipped, as in MXNet)
         with np.errstate(all='ignore'):
             if op == 'mul':
                 prod = dense[idx] * data if rsp_first else data * dense[idx]
-                return row_sparse_array((prod.astype(self._np_dtype, copy=False), idx),
-                                        shape=self.shape, ctx=ctx, dtype=self.dtype)
+                return self._of_values(prod, idx, ctx)
             if op == 'add':
                 res = np.array(dense, copy=True)
                 res[idx] = data + dense[idx]
@@ -482,7 +491,8 @@ class RowSparseNDArray(BaseSparseNDArray):
             else:
                 res = np.array(dense, copy=True)
                 res[idx] = dense[idx] - data
-        return _dense.array(res, ctx=ctx, dtype=self.dtype)
+        return _dense.array(_dense._convert(res, res.dtype, self.dtype), ctx=ctx,
+                            dtype=self.dtype)
 
     def __add__(self, other):
         res = self._zero_scalar(other, np.add)
@@ -640,11 +650,6 @@ def _dense_to_rsp_into(raw, dst, rows=None):
         rows = _nonzero_rows(_stored_values(raw, dst.dtype))
     dst._assign_parts(raw[rows], rows)
     return dst
-
-
-def _dtype_np(dtype):
-    """numpy dtype of an mxkv dtype argument"""
-    return np.dtype(dtype_mx_to_np(dtype_np_to_mx(dtype)))
 
 
 def _dense_tostype_rsp(arr):
