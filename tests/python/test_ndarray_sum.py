@@ -241,3 +241,32 @@ def test_unrounded_path_is_taken_only_where_exact():
         assert (got is not None) == exact, name
         if exact:
             assert got == float(np.sum(values.astype(np.float64))), name
+
+
+# --- hard chains: subnormal partial sums, alternating huge values (|y| > |s| at every
+# step: no Fast2Sum shortcut), cancellation to near zero, partial sums near the maximum
+def _hard_cases():
+    rng = np.random.RandomState(0)
+    return {
+        'subnormals': rng.randn(100000) * 1e-39,
+        'subnormals and small': np.concatenate([rng.randn(50000) * 1e-39,
+                                                rng.randn(50000) * 1e-30]),
+        'alternating': np.where(np.arange(100000) % 2, 1, -1) * (1e20 + rng.randn(100000) * 1e15),
+        'cancellation': np.concatenate([rng.randn(50000) * 1e10, -rng.randn(50000) * 1e10,
+                                        rng.randn(1000)]),
+        'near the maximum': rng.rand(1000) * 3e37,
+        'tiny and huge': np.array([1e-45, 3e38, -3e38, 1e-45, 2e-45] * 1000),
+    }
+
+
+HARD = _hard_cases()
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
+@pytest.mark.parametrize('name', sorted(HARD))
+def test_hard_chains(both, dtype, name):
+    with np.errstate(all='ignore'):
+        values = HARD[name].astype(dtype)
+    _same(both, lambda mx: mx.nd.array(values, dtype=dtype).sum(), '%s %s' % (dtype, name))
+    _same(both, lambda mx: mx.nd.array(values.reshape(-1, 50), dtype=dtype).sum(axis=0),
+          '%s %s lanes' % (dtype, name))
