@@ -7,47 +7,16 @@
 //! lock is held while the caller works with it.
 //!
 //! `fork()` while another thread is inside a registry would leave its lock
-//! held forever in the child (which has only the forking thread). Every
-//! registry operation therefore also holds the process-wide fork gate
-//! (shared), and the C API's `pthread_atfork` handlers (src/capi/boundary.rs)
-//! take it exclusively around a fork ([`hold_for_fork`]): a child starts with
-//! every registry free.
+//! held forever in the child (which has only the forking thread). The C
+//! API's `pthread_atfork` handlers (src/capi/boundary.rs) therefore hold
+//! every registry's lock across a fork ([`Registry::hold_for_fork`]): a child
+//! starts with every registry free. The lock is a std lock, whose guard may
+//! be dropped in the child (a parking_lot lock may wake threads of the
+//! parent through its global parking table, whose own locks may be held).
 #![forbid(unsafe_code)]
 
-use parking_lot::RwLock;
-use std::cell::RefCell;
 use std::fmt;
-use std::sync::RwLock as StdRwLock;
-use std::sync::RwLockWriteGuard;
-
-/// Held shared by every registry operation, exclusively across a `fork()`.
-/// (A std lock: its guard may be released in the child, where a parked
-/// parking_lot waiter of the parent would be a thread that does not exist.)
-static FORK_GATE: StdRwLock<()> = StdRwLock::new(());
-
-thread_local! {
-    /// The fork gate, held by the forking thread between the `prepare` and
-    /// the `parent`/`child` fork handlers.
-    static FORK_HELD: RefCell<Option<RwLockWriteGuard<'static, ()>>> = const { RefCell::new(None) };
-}
-
-fn gate() -> std::sync::RwLockReadGuard<'static, ()> {
-    FORK_GATE.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `pthread_atfork` prepare: waits until no thread is inside any registry
-/// and keeps them all out until [`release_after_fork`].
-pub fn hold_for_fork() {
-    let g = FORK_GATE.write().unwrap_or_else(|e| e.into_inner());
-    // (try_with: a fork from a thread whose thread-locals are gone is let
-    // through unguarded, as before)
-    let _ = FORK_HELD.try_with(|h| *h.borrow_mut() = Some(g));
-}
-
-/// `pthread_atfork` parent and child: lets registry operations in again.
-pub fn release_after_fork() {
-    let _ = FORK_HELD.try_with(|h| h.borrow_mut().take());
-}
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const _: () = assert!(usize::BITS == 64, "handles are packed into 64-bit pointers");
 
@@ -91,6 +60,11 @@ pub struct Registry<T> {
     inner: RwLock<Slots<T>>,
 }
 
+/// A registry's lock, held exclusively: see [`Registry::hold_for_fork`].
+pub struct ForkHold<'a, T> {
+    _held: RwLockWriteGuard<'a, Slots<T>>,
+}
+
 impl<T: Clone> Registry<T> {
     pub const fn new(tag: u8) -> Registry<T> {
         assert!(tag != 0);
@@ -101,6 +75,24 @@ impl<T: Clone> Registry<T> {
                 free: Vec::new(),
                 live: 0,
             }),
+        }
+    }
+
+    // (Nothing panics while the lock is held: a poisoned lock is as good.)
+    fn read(&self) -> RwLockReadGuard<'_, Slots<T>> {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Slots<T>> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until no other thread is inside this registry and keeps every
+    /// other thread out until the hold is dropped (around a `fork()`: the
+    /// child may drop it too).
+    pub fn hold_for_fork(&self) -> ForkHold<'_, T> {
+        ForkHold {
+            _held: self.write(),
         }
     }
 
@@ -120,8 +112,7 @@ impl<T: Clone> Registry<T> {
 
     /// Stores `value` and returns its new handle.
     pub fn insert(&self, value: T) -> usize {
-        let _fork = gate();
-        let mut g = self.inner.write();
+        let mut g = self.write();
         g.live += 1;
         if let Some(index) = g.free.pop() {
             let slot = &mut g.slots[index as usize];
@@ -139,8 +130,7 @@ impl<T: Clone> Registry<T> {
     /// The value behind `handle` (a clone; the lock is released on return).
     pub fn get(&self, handle: usize) -> Result<T, HandleError> {
         let (index, generation) = self.unpack(handle)?;
-        let _fork = gate();
-        let g = self.inner.read();
+        let g = self.read();
         match g.slots.get(index) {
             Some(Slot {
                 generation: sg,
@@ -154,8 +144,7 @@ impl<T: Clone> Registry<T> {
     /// Frees `handle`, returning its value.
     pub fn remove(&self, handle: usize) -> Result<T, HandleError> {
         let (index, generation) = self.unpack(handle)?;
-        let _fork = gate();
-        let mut g = self.inner.write();
+        let mut g = self.write();
         let slot = match g.slots.get_mut(index) {
             Some(s) => s,
             None => return Err(HandleError::WrongKind),
@@ -176,8 +165,7 @@ impl<T: Clone> Registry<T> {
 
     /// How many handles are live (for leak checks in tests).
     pub fn live(&self) -> usize {
-        let _fork = gate();
-        self.inner.read().live
+        self.read().live
     }
 }
 

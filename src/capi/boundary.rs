@@ -9,7 +9,9 @@
 //! table keyed by the thread id instead, one buffer per thread, replaced by
 //! the thread's next call (as the thread-local would be).
 
+use super::args::{KvHandle, KVSTORES, NDARRAYS};
 use crate::error::Error;
+use crate::registry::ForkHold;
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -18,6 +20,7 @@ use std::mem::ManuallyDrop;
 use std::os::raw::c_void;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::thread::LocalKey;
 
 thread_local! {
@@ -54,12 +57,26 @@ fn set_last_error(msg: String) {
     per_thread(&LAST_ERROR, &LAST_ERROR_ORPHANS, |e| *e = c);
 }
 
+thread_local! {
+    /// The registries' locks, held by the forking thread between the
+    /// `prepare` and the `parent`/`child` fork handlers.
+    static FORK_HOLDS: RefCell<Option<ForkHolds>> = const { RefCell::new(None) };
+}
+
+type ForkHolds = (
+    ForkHold<'static, Arc<KvHandle>>,
+    ForkHold<'static, crate::ndarray::NDArray>,
+);
+
 extern "C" fn fork_prepare() {
-    crate::registry::hold_for_fork();
+    // (registry operations never hold two registries' locks: any order does)
+    let holds = (KVSTORES.hold_for_fork(), NDARRAYS.hold_for_fork());
+    // (a fork from a thread whose thread-locals are gone goes unguarded)
+    let _ = FORK_HOLDS.try_with(|h| *h.borrow_mut() = Some(holds));
 }
 
 extern "C" fn fork_done() {
-    crate::registry::release_after_fork();
+    let _ = FORK_HOLDS.try_with(|h| h.borrow_mut().take());
 }
 
 /// Installs the `pthread_atfork` handlers that keep a `fork()` from
