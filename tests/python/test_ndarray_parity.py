@@ -959,6 +959,8 @@ def test_integer_division_and_astype(both, name):
 
 def test_bfloat16_astype_uint16_copy_false_converts(mxkv):
     """(MXNet 1.9.1's frontend has no uint16): the bits of 1.5 are 16320, the value is 1"""
+    if not getattr(mxkv.base._LIB, '_mxkv_synchronous', False):
+        pytest.skip('libmxnet.so has no uint16 arrays (Unknown type enum)')
     arr = mxkv.nd.array([1.5, 2.0]).astype(BF16)
     res = arr.astype(np.uint16, copy=False)
     assert res is not arr and res.dtype is np.uint16

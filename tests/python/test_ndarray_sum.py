@@ -93,6 +93,8 @@ def test_integer_sums_wrap(both, dtype):
 @pytest.mark.parametrize('dtype', ['int16', 'uint16', 'uint32', 'uint64'])
 def test_integer_sums_wrap_mxkv_only(mxkv, dtype):
     """dtypes MXNet 1.9.1's frontend has no name for (its sum wraps as for the others)"""
+    if not getattr(mxkv.base._LIB, '_mxkv_synchronous', False):
+        pytest.skip('libmxnet.so has no %s arrays (Unknown type enum)' % dtype)
     values = _values(dtype, 10 ** 5, seed=8)
     expected = np.add.accumulate(values.astype(np.uint64)).astype(dtype)[-1]
     got = mxkv.nd.array(values, dtype=dtype).sum().asnumpy()
