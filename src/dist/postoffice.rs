@@ -18,7 +18,7 @@ use super::config::Config;
 use super::message::{Command, Control, Message, Node, Role, EMPTY};
 use super::van::{Event, Flow, Van, VanOptions};
 use crate::error::{Error, ErrorKind, Result};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Weak};
@@ -306,6 +306,24 @@ impl Postoffice {
         }
     }
 
+    /// Waits for a change of the state (a notification of `cond`) until
+    /// `deadline`; true once it passed. Without a deadline it returns after
+    /// `idle` at the latest, saying false.
+    fn wait_change(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        deadline: Option<Instant>,
+        idle: Duration,
+    ) -> bool {
+        match deadline {
+            Some(d) => self.cond.wait_until(st, d).timed_out(),
+            None => {
+                self.cond.wait_for(st, idle);
+                false
+            }
+        }
+    }
+
     /// Waits until the node has its id and its peers (the scheduler: until
     /// every node registered), at most [`Config::timeout`].
     pub fn wait_ready(&self) -> Result<()> {
@@ -316,13 +334,7 @@ impl Postoffice {
             if let Some(e) = &st.fatal {
                 return Err(e.clone());
             }
-            let timed_out = match deadline {
-                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
-                None => {
-                    self.cond.wait_for(&mut st, Duration::from_secs(86_400));
-                    false
-                }
-            };
+            let timed_out = self.wait_change(&mut st, deadline, Duration::from_secs(86_400));
             if timed_out && !st.ready {
                 let secs = self.config.timeout.as_secs_f64();
                 return Err(if self.config.role == Role::Scheduler {
@@ -530,13 +542,7 @@ impl Postoffice {
                     group_name(group)
                 )));
             }
-            let timed_out = match deadline {
-                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
-                None => {
-                    self.cond.wait_for(&mut st, Duration::from_millis(200));
-                    false
-                }
-            };
+            let timed_out = self.wait_change(&mut st, deadline, Duration::from_millis(200));
             if timed_out && st.barrier_busy.is_some() {
                 return Err(Error::timeout(format!(
                     "{} rank {}: barrier on group {group} ({}) timed out after {:.1} s waiting for this node's barrier on group {earlier} ({}) to end (another thread's: a node passes one barrier at a time)",
@@ -604,13 +610,7 @@ impl Postoffice {
                     why.join("; ")
                 )));
             }
-            let timed_out = match deadline {
-                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
-                None => {
-                    self.cond.wait_for(&mut st, Duration::from_millis(200));
-                    false
-                }
-            };
+            let timed_out = self.wait_change(&mut st, deadline, Duration::from_millis(200));
             if timed_out && st.barrier_generation == generation {
                 let missing = if self.role() == Role::Scheduler {
                     let asked = st
@@ -818,7 +818,7 @@ impl Postoffice {
                     } else {
                         van.drop_message("a barrier request (this node is not the scheduler)");
                     }
-                } else if msg.sender != 1 {
+                } else if msg.sender != SCHEDULER {
                     // Only the scheduler releases barriers (a release from
                     // anyone else would let this node out early).
                     van.drop_message(&format!(
