@@ -92,9 +92,14 @@ build/ctests-asan/%: ctests/%.cc build
 
 ctest: $(addprefix build/ctests/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t"; ./build/ctests/$$t; done
+# (a stack switch ASan was not told about makes it stop checking: a failure)
 ctest-asan: $(addprefix build/ctests-asan/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t (ASan/UBSan)"; \
-	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build/ctests-asan/$$t; done
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./build/ctests-asan/$$t \
+	    2> build/ctests-asan/$$t.stderr || { cat build/ctests-asan/$$t.stderr; exit 1; }; \
+	  cat build/ctests-asan/$$t.stderr >&2; \
+	  if grep -q 'False positive error reports may follow' build/ctests-asan/$$t.stderr; then \
+	    echo "$$t: ASan lost track of the stack (a stack switch it was not told about)"; exit 1; fi; done
 ctest-valgrind: tools $(addprefix build/ctests/,$(CTESTS))
 	@set -e; for t in $(CTESTS); do echo "== $$t (valgrind)"; \
 	  valgrind -q --fair-sched=yes --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect ./build/ctests/$$t; done

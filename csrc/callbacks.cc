@@ -93,6 +93,9 @@ struct Fiber {
   void *base;      // the mapping: guard page, stack, this header
   size_t size;
   unsigned vg_id;
+  void *sp;        // the stack (for AddressSanitizer)
+  size_t len;
+  void *fake;      // AddressSanitizer's fake stack of the fiber while away
 };
 
 // One library call running on a second stack (mxkv_run_beside).
@@ -150,15 +153,59 @@ thread_local Reaper reaper;
 // The fiber being started (start_fiber to fiber_main).
 thread_local Fiber *starting = nullptr;
 
+}  // namespace
+
+// AddressSanitizer's annotations of stack switches, when the program runs
+// under it (weak: null otherwise). Without them it takes a second stack for
+// a corrupt one ("False positive error reports may follow").
+extern "C" {
+__attribute__((weak, visibility("default"))) void __sanitizer_start_switch_fiber(
+    void **fake_stack_save, const void *bottom, size_t size);
+__attribute__((weak, visibility("default"))) void __sanitizer_finish_switch_fiber(
+    void *fake_stack_save, const void **bottom_old, size_t *size_old);
+}
+
+namespace {
+
+// The thread's own stack as AddressSanitizer knows it, and its fake stack
+// while the thread runs on a second stack.
+thread_local const void *own_bottom = nullptr;
+thread_local size_t own_size = 0;
+thread_local void *own_fake = nullptr;
+
+inline void leave_own(Fiber *to) {
+  if (__sanitizer_start_switch_fiber != nullptr)
+    __sanitizer_start_switch_fiber(&own_fake, to->sp, to->len);
+}
+
+inline void arrive_own() {
+  if (__sanitizer_finish_switch_fiber != nullptr)
+    __sanitizer_finish_switch_fiber(own_fake, nullptr, nullptr);
+}
+
+inline void leave_fiber(Fiber *f) {
+  if (__sanitizer_start_switch_fiber != nullptr)
+    __sanitizer_start_switch_fiber(&f->fake, own_bottom, own_size);
+}
+
+inline void arrive_fiber(Fiber *f) {
+  if (__sanitizer_finish_switch_fiber != nullptr)
+    __sanitizer_finish_switch_fiber(f->fake, &own_bottom, &own_size);
+}
+
 // A fiber's whole life: parks at once (start_fiber), then runs one body per
 // resume and switches back to its caller. Never returns.
 [[noreturn]] void fiber_main() {
   Fiber *f = starting;
+  arrive_fiber(f);
+  leave_fiber(f);
   if (_setjmp(f->resume) == 0) _longjmp(*f->start, 1);
   for (;;) {
     Beside *b = current;
+    arrive_fiber(b->fiber);
     b->body(b->data);
     b->done = true;
+    leave_fiber(b->fiber);
     if (_setjmp(b->fiber->resume) == 0) _longjmp(b->caller, 1);
   }
 }
@@ -176,10 +223,15 @@ __attribute__((noinline)) bool start_fiber(Fiber *f, void *sp, size_t len) {
   jmp_buf back;
   f->start = &back;
   starting = f;
+  f->sp = sp;
+  f->len = len;
+  leave_own(f);
   if (_setjmp(back) == 0) {
     setcontext(&uc);
+    arrive_own();
     return false;  // setcontext failed
   }
+  arrive_own();
   return true;
 }
 
@@ -269,7 +321,9 @@ int call(Request *r) {
   }
   if (b->exiting) return 3;
   b->request = r;
+  leave_fiber(b->fiber);
   if (_setjmp(b->fiber->resume) == 0) _longjmp(b->caller, 1);
+  arrive_fiber(b->fiber);
   // back on the library's stack: `r->ret` is set (3 if the thread is exiting)
   return r->ret;
 }
@@ -323,7 +377,9 @@ extern "C" int mxkv_run_beside(body_fn body, void *data) {
   b.request = nullptr;
   b.outer = current;
   current = &b;
+  leave_own(f);
   if (_setjmp(b.caller) == 0) _longjmp(f->resume, 1);
+  arrive_own();
   while (!b.done) {
     // The body asks for a callback: run it here, on the thread's stack.
     Request *r = b.request;
@@ -337,13 +393,17 @@ extern "C" int mxkv_run_beside(body_fn body, void *data) {
       r->ret = 3;
       b.exiting = true;
       current = &b;
+      leave_own(b.fiber);
       if (_setjmp(b.caller) == 0) _longjmp(b.fiber->resume, 1);
+      arrive_own();
       current = b.outer;
       give_fiber(b.fiber);
       throw;
     }
     current = &b;
+    leave_own(b.fiber);
     if (_setjmp(b.caller) == 0) _longjmp(b.fiber->resume, 1);
+    arrive_own();
   }
   current = b.outer;
   give_fiber(b.fiber);
