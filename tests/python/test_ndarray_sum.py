@@ -237,12 +237,33 @@ def test_unrounded_sums(both, dtype, name):
 
 
 def test_unrounded_path_is_taken_only_where_exact():
-    from mxkv.ndarray._reduce import _unrounded_chain
-    for name, (values, exact) in UNROUNDED.items():
-        got = _unrounded_chain(values, False)
-        assert (got is not None) == exact, name
+    from mxkv.ndarray._reduce import _unrounded_sums
+    names = sorted(UNROUNDED)
+    for name in names:
+        values, exact = UNROUNDED[name]
+        sums, found = _unrounded_sums(values[:, None], False)
+        assert found.tolist() == [exact], name
         if exact:
-            assert got == float(np.sum(values.astype(np.float64))), name
+            assert sums[0] == float(np.sum(values.astype(np.float64))), name
+    # the same data side by side in columns (cut to one length): each column as alone
+    size = min(len(UNROUNDED[name][0]) for name in names)
+    columns = np.stack([UNROUNDED[name][0][-size:] for name in names], axis=1)
+    sums, found = _unrounded_sums(columns, False)
+    for j in range(len(names)):
+        alone = _unrounded_sums(columns[:, j:j + 1].copy(), False)
+        assert (found[j], sums[j] if found[j] else None) == \
+            (alone[1][0], alone[0][0] if alone[1][0] else None), names[j]
+    assert 0 < found.sum() < len(names)
+
+
+def test_axis_sum_of_many_rows_and_columns(both):
+    """a one-hot matrix summed over its rows (class counts): no step rounds, and the
+    columns that do round (a fraction in one) still run the kernel's chain"""
+    rng = np.random.RandomState(4)
+    onehot = np.eye(40, dtype=np.float32)[rng.randint(0, 40, 200000)]
+    onehot[123456, 7] = 0.1
+    onehot[5, 30] = np.nan
+    _same(both, lambda mx: mx.nd.array(onehot).sum(axis=0), 'one-hot counts')
 
 
 # --- hard chains: subnormal partial sums, alternating huge values (|y| > |s| at every

@@ -160,24 +160,35 @@ def _lanes(rows, bf16):
     return s
 
 
-def _unrounded_chain(values, bf16):
-    """the Kahan chain's sum where no step rounds: every partial sum (from +0.0) is a
-    value of the element type, so each t = s + x is exact and every residual +0.0 (sums
-    of small integers, masks, counts ...); None where that does not hold.  The partial
-    sums come from a float64 cumulative sum and are checked against the kernel's own
-    step, operation by operation in the element type and bit for bit, so the answer is
-    the kernel's or None.  Checked in chunks growing from 1024 elements: most data
-    fails in the first."""
+_CHUNK_ELEMENTS = 1 << 20  # at most this many elements per step of _unrounded_sums
+
+
+def _unrounded_sums(rows, bf16):
+    """(sums, exact) for the Kahan chains of the columns of `rows` (M x N): `exact[j]`
+    where no step of column j rounds, i.e. every partial sum (from +0.0) is a value of
+    the element type, so each t = s + x is exact and every residual +0.0 (sums of small
+    integers, masks, counts ...); `sums[j]` is then its sum (float64, exact).  The
+    partial sums come from a float64 cumulative sum and are checked against the
+    kernel's own step, operation by operation in the element type and bit for bit, so
+    an exact column's sum is the kernel's.  Checked in chunks of rows growing from 16
+    (most data fails in the first), on the columns still exact, until none is left."""
     fix = _truncate_bf16 if bf16 else (lambda arr: None)
-    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[values.dtype.itemsize]
-    start, size, total = 0, 1024, np.float64(0.0)
-    while start < len(values):
-        part = values[start:start + size]
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[rows.dtype.itemsize]
+    count, lanes = rows.shape
+    exact = np.ones(lanes, np.bool_)
+    total = np.zeros(lanes, np.float64)
+    cols = np.arange(lanes)  # the columns still exact
+    start, size = 0, 16
+    while start < count and len(cols):
+        part = rows[start:start + max(1, min(size, _CHUNK_ELEMENTS // len(cols)))]
         start, size = start + len(part), size * 8
+        if len(cols) < lanes:
+            part = part[:, cols]
         with np.errstate(all='ignore'):
             # the float64 sums continue sequentially from the last chunk's
-            partial = np.cumsum(np.concatenate(([total], part.astype(np.float64))))
-            sums = partial.astype(values.dtype)
+            partial = np.cumsum(np.concatenate((total[None, cols], part.astype(np.float64))),
+                                axis=0)
+            sums = partial.astype(rows.dtype)
             fix(sums)
             # the kernel's step from (s, r = +0.0): y = x - 0 = x; t = s + y; r = (t - s) - y
             t = part + sums[:-1]
@@ -186,11 +197,12 @@ def _unrounded_chain(values, bf16):
             fix(resid)
             resid -= part
             fix(resid)
-        if not (np.array_equal(t.view(bits), sums[1:].view(bits))
-                and not resid.view(bits).any()):
-            return None
-        total = partial[-1]
-    return float(total)
+        still = (t.view(bits) == sums[1:].view(bits)).all(axis=0)
+        still &= ~resid.view(bits).any(axis=0)
+        total[cols] = partial[-1]
+        exact[cols[~still]] = False
+        cols = cols[still]
+    return total, exact
 
 
 def kahan_sum_rows(rows, kind):
@@ -210,19 +222,17 @@ def kahan_sum_rows(rows, kind):
     else:
         def chain(values):
             return _chain(values, _bf16_rounder(), False)
-    if rows.shape[1] >= _LANES_MIN:
-        sums = _lanes(rows, kind == 'bfloat16')
+    total, exact = _unrounded_sums(rows, kind == 'bfloat16')
+    sums = total.astype(rows.dtype)  # (the exact columns' sums are values of the dtype)
+    rest = np.flatnonzero(~exact)
+    if len(rest) >= _LANES_MIN:
+        sums[rest] = _lanes(rows[:, rest], kind == 'bfloat16')
         # which of two NaN operands an operation passes on depends on how the compiled
         # loop orders them; numpy's loops do not always order them as MXNet's kernel,
         # the Python loop does: NaN results are computed again there
-        redo = np.flatnonzero(np.isnan(sums))
-    else:
-        sums = np.empty(rows.shape[1], rows.dtype)
-        redo = range(rows.shape[1])
-    for j in redo:
-        column = rows[:, j]
-        total = _unrounded_chain(column, kind == 'bfloat16')
-        sums[j] = chain(column.tolist()) if total is None else total
+        rest = rest[np.isnan(sums[rest])]
+    for j in rest:
+        sums[j] = chain(rows[:, j].tolist())
     return sums
 
 
