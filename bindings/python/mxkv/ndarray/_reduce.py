@@ -223,10 +223,12 @@ def kahan_sum_rows(rows, kind):
         def chain(values):
             return _chain(values, _bf16_rounder(), False)
     total, exact = _unrounded_sums(rows, kind == 'bfloat16')
-    sums = total.astype(rows.dtype)  # (the exact columns' sums are values of the dtype)
+    with np.errstate(all='ignore'):  # (the exact columns' sums are values of the dtype)
+        sums = total.astype(rows.dtype)
     rest = np.flatnonzero(~exact)
     if len(rest) >= _LANES_MIN:
-        sums[rest] = _lanes(rows[:, rest], kind == 'bfloat16')
+        sums[rest] = _lanes(rows if len(rest) == len(exact) else rows[:, rest],
+                            kind == 'bfloat16')
         # which of two NaN operands an operation passes on depends on how the compiled
         # loop orders them; numpy's loops do not always order them as MXNet's kernel,
         # the Python loop does: NaN results are computed again there
