@@ -705,10 +705,31 @@ fn data_shape(stype: StorageType, shape: &Shape, aux_shapes: &[Shape]) -> Option
     }
 }
 
-/// Whether `shape` holds no elements, as MXNet's `TShape::Size() == 0`
-/// (which fails on a negative dim; ndim 0 holds one element).
-fn no_elements(shape: &Shape) -> bool {
-    shape.dims().iter().all(|&d| d >= 0) && shape.dims().contains(&0)
+/// The storage shape MXNet 1.9.1's `NDArray::Load` makes of the `saved`
+/// one of a sparse array whose aux shapes give `want` (src/ndarray/ndarray.cc):
+/// one of no elements (`TShape::Size() == 0`) is replaced by `want` (the
+/// sparse constructor), any other keeps its dims but the first, which
+/// allocating the aux arrays sets to the stored count
+/// (`Chunk::set_aux_shape`). Its `NDArray::Save` writes the storage shape
+/// before it waits for the array, so an array still being computed is
+/// saved with [0], and one whose stored count an operation was changing
+/// with the old count. (Negative dims, which `Size()` refuses, are kept.)
+fn loaded_storage_shape(saved: &Shape, want: &Shape) -> Shape {
+    let dims = saved.dims();
+    if dims.iter().any(|&d| d < 0) {
+        return saved.clone();
+    }
+    if dims.contains(&0) {
+        return want.clone();
+    }
+    match (dims, want.dims()) {
+        ([_, rest @ ..], [count, ..]) => Shape(
+            std::iter::once(*count)
+                .chain(rest.iter().copied())
+                .collect(),
+        ),
+        _ => saved.clone(),
+    }
 }
 
 fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
@@ -758,13 +779,9 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     // shape must be the one the aux shapes give, and the data and aux bytes
     // must fit in what the file holds.
     let storage_shape = match data_shape(stype, &shape, &aux_shapes) {
-        // MXNet's sparse constructor (`NDArray::NDArray`, src/ndarray/ndarray.cc)
-        // takes a storage shape of no elements from the aux shapes. Its
-        // `NDArray::Save` writes the storage shape before it waits for the
-        // array, so an array still being computed is saved with [0].
-        Some(want) if want == storage_shape || no_elements(&storage_shape) => want,
+        Some(want) if loaded_storage_shape(&storage_shape, &want) == want => want,
         // MXNet would read the data with the one and the aux arrays with the
-        // others (a storage shape with elements is used as it is).
+        // others.
         Some(want) => bail!(
             "Invalid NDArray file format: storage shape {storage_shape} does not match the aux \
              shapes (which give {want})"
@@ -1083,6 +1100,7 @@ mod tests {
     /// MXNet 1.9.1 saves an array it has not finished computing with a
     /// storage shape of [0] (`NDArray::Save` reads it before waiting), and
     /// loads any storage shape of no elements as the aux shapes give it.
+    /// Others must agree with the aux shapes but in the first dim.
     #[test]
     fn a_storage_shape_of_no_elements_comes_from_the_aux_shapes() {
         let data = NDArray::from_bytes(
@@ -1099,12 +1117,32 @@ mod tests {
             good[32..52],
             [&2i32.to_le_bytes()[..], &words(&[2, 2])].concat()[..]
         );
-        for dims in [vec![0], vec![0, 2], vec![2, 0], vec![0, 0, 0]] {
+        // (and one with elements keeps all but its first dim, which MXNet
+        // takes from the aux shapes too)
+        let shapes = [
+            vec![0],
+            vec![0, 2],
+            vec![2, 0],
+            vec![0, 0, 0],
+            vec![7, 2],
+            vec![1, 2],
+            vec![2, 3],
+            vec![2],
+        ];
+        for dims in shapes {
             let mut bytes = good[..32].to_vec();
             bytes.extend_from_slice(&(dims.len() as i32).to_le_bytes());
             bytes.extend_from_slice(&words(&dims));
             bytes.extend_from_slice(&good[52..]);
-            for (arrays, _) in [load(&bytes).unwrap(), stream(&bytes).unwrap()] {
+            let loaded = load(&bytes);
+            if dims == [2, 3] || dims == [2] {
+                for got in [loaded, stream(&bytes)] {
+                    let msg = got.unwrap_err().message().to_string();
+                    assert!(msg.contains("(which give [2,2])"), "{dims:?}: {msg}");
+                }
+                continue;
+            }
+            for (arrays, _) in [loaded.unwrap(), stream(&bytes).unwrap()] {
                 assert_eq!(arrays[0].rsp_indices().unwrap(), vec![1, 3]);
                 assert_eq!(save(&arrays, &[]).unwrap(), good, "{dims:?}");
             }

@@ -13,7 +13,8 @@ MXNet's ``NDArray::Save`` (src/ndarray/ndarray.cc, 1.9.1) writes a sparse array'
 shape before it waits for the array: an array whose data is still being computed (a
 ``csr_matrix`` from a dense numpy array, saved at once) is written with a storage shape of
 [0], and ``NDArray::Load`` then takes the storage shape from the aux shapes (the sparse
-constructor does so for every storage shape of no elements). mxkv loads those files too.
+constructor does so for every storage shape of no elements; the first dim of any other is
+set to the stored count). mxkv loads those files too.
 """
 import ctypes
 import os
@@ -223,11 +224,16 @@ def with_sshape(data, dims):
     ('csr_eye_f32', [0]), ('csr_nonsquare_f64', [0]), ('csr_nonsquare_f64', [3, 0]),
     ('csr_nnz0', [0]), ('rsp_f32', [0]), ('rsp_f32', [0, 2]), ('rsp_f32', [7, 0]),
     ('rsp_3d_f16', [0]), ('rsp_1d_f64', [0]), ('rsp_nnz0', [0]),
+    # with elements: all but the first dim must agree
+    ('csr_eye_f32', [1]), ('csr_eye_f32', [3]), ('csr_nonsquare_f64', [9]),
+    ('rsp_f32', [1, 2]), ('rsp_f32', [7, 2]), ('rsp_3d_f16', [5, 2, 2]), ('rsp_1d_f64', [9]),
 ])
-def test_storage_shape_of_no_elements_comes_from_the_aux_shapes(both, tmp_path, name, dims):
+def test_storage_shape_comes_from_the_aux_shapes(both, tmp_path, name, dims):
     """NDArray::Load hands the storage shape to the sparse constructor, which replaces a
     storage shape of no elements by the one the aux shapes give (ndarray.cc: 'if
-    (storage_shape.Size() == 0 ...)')."""
+    (storage_shape.Size() == 0 ...)'); allocating the aux arrays then sets the first dim
+    of any storage shape to the stored count (Chunk::set_aux_shape). An array whose
+    stored count an operation was changing is saved with the old one: MXNet loads it."""
     mxnet, mxkv = both
     path = str(tmp_path / 'a.params')
     data = with_sshape(save(mxnet, path, {name: make(mxnet, CASES[name])}), dims)
@@ -240,13 +246,15 @@ def test_storage_shape_of_no_elements_comes_from_the_aux_shapes(both, tmp_path, 
 
 
 @pytest.mark.parametrize('name,dims', [
-    ('csr_eye_f32', [1]), ('csr_eye_f32', [3]), ('csr_eye_f32', []), ('csr_eye_f32', [2, 1]),
-    ('rsp_f32', [2]), ('rsp_f32', [1, 2]), ('rsp_f32', [-1, 2]), ('rsp_f32', [0, -1]),
+    ('csr_eye_f32', []), ('csr_eye_f32', [2, 1]), ('csr_eye_f32', [-3]),
+    ('rsp_f32', [2]), ('rsp_f32', [2, 5]), ('rsp_f32', [-1, 2]), ('rsp_f32', [0, -1]),
+    ('rsp_3d_f16', [1, 2, 3]),
 ])
 def test_storage_shape_that_disagrees_is_refused(mxkv, tmp_path, name, dims):
-    """A storage shape of elements that is not the aux shapes' makes MXNet read the data
-    with the one and the aux arrays with the others (its array then is inconsistent, or
-    the rest of the file is misread): mxkv refuses it."""
+    """A storage shape that disagrees with the aux shapes beyond its first dim makes MXNet
+    read the data with the one and the aux arrays with the others (the rest of the file is
+    misread: here it fails, or a csr gets 2-d data), and a negative dim makes it fail:
+    mxkv refuses them."""
     path = str(tmp_path / 'a.params')
     data = with_sshape(save(mxkv, path, {name: make(mxkv, CASES[name])}), dims)
     with open(path, 'wb') as f:
