@@ -776,8 +776,8 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
         );
     }
     // Everything is checked before the parts are allocated: the storage
-    // shape must be the one the aux shapes give, and the data and aux bytes
-    // must fit in what the file holds.
+    // shape MXNet makes of the saved one must be the one the aux shapes
+    // give, and the data and aux bytes must fit in what the file holds.
     let storage_shape = match data_shape(stype, &shape, &aux_shapes) {
         Some(want) if loaded_storage_shape(&storage_shape, &want) == want => want,
         // MXNet would read the data with the one and the aux arrays with the
