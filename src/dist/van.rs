@@ -432,15 +432,6 @@ impl Van {
         self.shared.senders.lock().contains_key(&peer)
     }
 
-    /// The endpoint of the DEALER to `peer`.
-    pub fn endpoint_of(&self, peer: i32) -> Option<String> {
-        self.shared
-            .senders
-            .lock()
-            .get(&peer)
-            .map(|s| s.endpoint.clone())
-    }
-
     /// Sends `msg` to `msg.recver` as one multipart message and returns the
     /// bytes sent. Data parts of more than [`COPY_MAX`] bytes go out without
     /// a copy (libzmq holds a clone of the `Bytes` until it wrote them),

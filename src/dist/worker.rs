@@ -32,7 +32,7 @@ use super::kv::{
 };
 use super::message::{Bytes, Message};
 use super::SPIN;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
 use crate::store::compression::CompressionParams;
@@ -1068,11 +1068,6 @@ fn assemble(key: i32, pskv: &Pskv, mut replies: Vec<KvPairs>, dest: Dest<'_>) ->
             out.copy_from(&got)
         }
     }
-}
-
-/// Whether an error came from a deadline (for callers that retry).
-pub fn is_timeout(e: &Error) -> bool {
-    e.kind() == ErrorKind::Timeout
 }
 
 #[cfg(test)]
