@@ -1,14 +1,18 @@
 /*
  * fork() while other threads are inside the library (as a training thread
  * creating and freeing arrays is while a data-loader forks its workers): the
- * child has only the forking thread, and a handle registry lock held by
- * another thread at the fork would stay held in it forever. libmxkv takes
- * the registries' fork gate in a pthread_atfork prepare handler
- * (src/capi/boundary.rs, src/registry.rs); before that, about one child in
- * fifteen hung in its first MXNDArrayCreateEx.
+ * child has only the forking thread, and a process-wide lock held by
+ * another thread at the fork would stay held in it forever. libmxkv holds
+ * its locks (the handle registries', the store count's, the ps-lite
+ * variables') in a pthread_atfork prepare handler (src/capi/boundary.rs);
+ * before that, about one child in fifteen hung in its first
+ * MXNDArrayCreateEx, and with the store count's lock of 8ea6358 one child
+ * in a hundred hung in MXKVStoreCreate.
  *
- * Two threads create and free arrays in a loop; the main thread forks 200
- * times; each child creates an array, a store, pushes and pulls, and exits
+ * Two threads create and free arrays in a loop, a third creates and frees
+ * stores and asks for the node's role; the main thread forks 200 times;
+ * each child asks for its role, creates an array, a store, pushes and
+ * pulls, and exits
  * (alarm(): a child that hangs is killed and counted). Locks of single
  * arrays or stores other threads hold at the fork stay held in the child,
  * as in MXNet, so the child uses only its own.
@@ -34,8 +38,23 @@ static void *churn(void *arg) {
   return NULL;
 }
 
+/* stores and the ps-lite environment: their process-wide locks too */
+static void *churn_stores(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_)) {
+    KVStoreHandle kv;
+    int w = -1;
+    CHECK_OK(MXKVStoreCreate("local", &kv));
+    CHECK_OK(MXKVStoreIsWorkerNode(&w));
+    CHECK_OK(MXKVStoreFree(kv));
+  }
+  return NULL;
+}
+
 static int child(void) {
   alarm(10);
+  int w = -1;
+  if (MXKVStoreIsWorkerNode(&w) != 0 || w != 1) return 6;
   NDArrayHandle a = make_f32(2, (float[]){1, 2});
   NDArrayHandle out = make_f32(2, NULL);
   KVStoreHandle kv;
@@ -79,8 +98,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   int rounds = argc > 1 ? atoi(argv[1]) : 200;
-  pthread_t t[2];
+  pthread_t t[3];
   for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, churn, NULL) == 0);
+  CHECK(pthread_create(&t[2], NULL, churn_stores, NULL) == 0);
   int hung = 0, failed = 0;
   for (int i = 0; i < rounds && hung == 0 && failed == 0; i++) {
     pid_t p = fork();
@@ -97,7 +117,7 @@ int main(int argc, char **argv) {
     }
   }
   atomic_store(&stop_, 1);
-  for (int i = 0; i < 2; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < 3; i++) CHECK(pthread_join(t[i], NULL) == 0);
   CHECK(hung == 0);
   CHECK(failed == 0);
   printf("test_fork_threads: OK\n");

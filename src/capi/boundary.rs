@@ -66,11 +66,19 @@ thread_local! {
 type ForkHolds = (
     ForkHold<'static, Arc<KvHandle>>,
     ForkHold<'static, crate::ndarray::NDArray>,
+    std::sync::MutexGuard<'static, usize>,
+    crate::psenv::ForkHold,
 );
 
 extern "C" fn fork_prepare() {
-    // (registry operations never hold two registries' locks: any order does)
-    let holds = (KVSTORES.hold_for_fork(), NDARRAYS.hold_for_fork());
+    // The library's process-wide locks that C API calls take. (None is taken
+    // while another is held: any order does.)
+    let holds = (
+        KVSTORES.hold_for_fork(),
+        NDARRAYS.hold_for_fork(),
+        super::kvstore::hold_store_count_for_fork(),
+        crate::psenv::hold_for_fork(),
+    );
     // (a fork from a thread whose thread-locals are gone goes unguarded)
     let _ = FORK_HOLDS.try_with(|h| *h.borrow_mut() = Some(holds));
 }
@@ -80,8 +88,9 @@ extern "C" fn fork_done() {
 }
 
 /// Installs the `pthread_atfork` handlers that keep a `fork()` from
-/// happening while another thread is inside a handle registry (the child
-/// would find its lock held forever). Run when the library is loaded (an ELF
+/// happening while another thread holds one of the library's process-wide
+/// locks (a handle registry's, the store count's, the ps-lite variables'):
+/// the child would find it held forever. Run when the library is loaded (an ELF
 /// constructor, below), before any entry point can run: installed lazily by
 /// the first call, a fork made while another thread was installing them left
 /// the child waiting for the installation forever. Locks of single arrays and

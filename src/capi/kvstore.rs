@@ -16,18 +16,23 @@ use crate::store::Updater;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Counts the stores made by `MXKVStoreCreate` and not freed, and switches
 /// the keeping of big blocks (`bigalloc::keep`) on at the first and off
 /// after the last, under one lock: a Free that finds no store left and a
 /// Create on another thread cannot cross (keeping off with a store alive,
-/// or on with none).
-struct StoreCount(parking_lot::Mutex<usize>);
+/// or on with none). A std lock, held across a `fork()` by the C API's
+/// fork handlers (src/capi/boundary.rs), as the handle registries are.
+struct StoreCount(Mutex<usize>);
 
 impl StoreCount {
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn created(&self, keep: impl FnOnce(bool)) {
-        let mut n = self.0.lock();
+        let mut n = self.lock();
         *n += 1;
         if *n == 1 {
             keep(true);
@@ -35,7 +40,7 @@ impl StoreCount {
     }
 
     fn freed(&self, keep: impl FnOnce(bool)) {
-        let mut n = self.0.lock();
+        let mut n = self.lock();
         *n = n.saturating_sub(1);
         if *n == 0 {
             keep(false);
@@ -43,7 +48,14 @@ impl StoreCount {
     }
 }
 
-static STORES: StoreCount = StoreCount(parking_lot::Mutex::new(0));
+static STORES: StoreCount = StoreCount(Mutex::new(0));
+
+/// Holds the store count's lock until the guard is dropped (the C API's
+/// `pthread_atfork` handlers: a child must not find it held by a thread of
+/// the parent that was creating or freeing a store).
+pub(crate) fn hold_store_count_for_fork() -> MutexGuard<'static, usize> {
+    STORES.lock()
+}
 
 /// Creates a store. `type` is matched by substring, as MXNet does:
 /// `dist…` (distributed), `nccl` (refused: no NCCL), anything else local,
@@ -1023,7 +1035,7 @@ mod tests {
     /// and the Free's switch turned it off with the new store alive.)
     #[test]
     fn keeping_stays_on_when_a_create_crosses_the_last_free() {
-        let count = Arc::new(StoreCount(parking_lot::Mutex::new(0)));
+        let count = Arc::new(StoreCount(std::sync::Mutex::new(0)));
         let on = Arc::new(AtomicBool::new(false));
         let set = |on: &Arc<AtomicBool>| {
             let on = on.clone();
@@ -1047,7 +1059,7 @@ mod tests {
             on.store(k, Ordering::SeqCst);
         });
         creator.expect("spawned").join().unwrap();
-        assert_eq!(*count.0.lock(), 1);
+        assert_eq!(*count.lock(), 1);
         assert!(
             on.load(Ordering::SeqCst),
             "keeping is off with a store alive"
@@ -1057,6 +1069,6 @@ mod tests {
             !on.load(Ordering::SeqCst),
             "keeping stayed on with no store"
         );
-        assert_eq!(*count.0.lock(), 0);
+        assert_eq!(*count.lock(), 0);
     }
 }
