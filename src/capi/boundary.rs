@@ -131,7 +131,10 @@ fn cancel_set(state: c_int) {
     extern "C" {
         fn mxkv_cancel_set(state: c_int);
     }
-    // SAFETY: only changes the calling thread's cancellation state.
+    // SAFETY: only changes the calling thread's cancellation state. (With
+    // the asynchronous cancellation type and a request pending, glibc would
+    // act on it right here and unwind; but no library call may be made with
+    // that type on at all: POSIX allows only async-cancel-safe functions.)
     unsafe { mxkv_cancel_set(state) }
 }
 
