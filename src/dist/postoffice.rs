@@ -1604,6 +1604,58 @@ mod tests {
         c.finish();
     }
 
+    /// A heartbeat at the scheduler counts for its sender only, and only
+    /// when the sender is a node of the cluster: a peer with an id that is
+    /// no node's is dropped (its entries were kept, as many as it listed, and
+    /// the answer to it failed with a log line each time), and a node's
+    /// heartbeat listing other nodes does not refresh theirs (it would keep
+    /// a lost node alive).
+    #[test]
+    fn dist_a_heartbeat_counts_for_its_sender_only() {
+        let c = cluster(2, 1);
+        let hb = |nodes: &[i32]| {
+            let mut ctl = Control::new(Command::Heartbeat);
+            ctl.nodes = nodes
+                .iter()
+                .map(|&id| Node {
+                    role: Role::Worker,
+                    id,
+                    hostname: "127.0.0.1".into(),
+                    port: 1,
+                    is_recovery: false,
+                    customer_id: 0,
+                })
+                .collect();
+            control_message(EMPTY, ctl, false, EMPTY, EMPTY, 3)
+        };
+        let why = dropped_from(&c.sched, Some("ps13"), hb(&[13, 14, 15]).encode_meta());
+        assert!(
+            why.starts_with("a heartbeat from worker 2 (id 13)"),
+            "{why}"
+        );
+        let seen = |id: i32| c.sched.state.lock().heartbeats.get(&id).copied();
+        assert_eq!((seen(13), seen(14), seen(15)), (None, None, None));
+        // worker 0's heartbeat naming worker 1 too
+        assert!(seen(11).is_some(), "worker 1 registered");
+        let t = Instant::now();
+        super::super::scheduler::on_heartbeat(
+            &c.sched,
+            Message {
+                sender: 9,
+                ..hb(&[9, 11])
+            },
+        );
+        assert!(
+            seen(9).is_some_and(|s| s >= t),
+            "worker 0's heartbeat not taken"
+        );
+        assert!(
+            seen(11).is_some_and(|s| s < t),
+            "worker 0's heartbeat refreshed worker 1's"
+        );
+        c.finish();
+    }
+
     /// A heartbeat interval beyond what an Instant can hold means no
     /// heartbeat, not a panic on the receive thread.
     #[test]

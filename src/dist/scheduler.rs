@@ -14,7 +14,7 @@ use super::config::Config;
 use super::message::{Command, Control, Message, Node, Role, EMPTY};
 use super::postoffice::{
     group_members, group_name, peer_name, sender_name, server_rank_to_id, worker_rank_to_id,
-    Postoffice, ALL_GROUP,
+    Postoffice, ALL_GROUP, SERVER_GROUP, WORKER_GROUP,
 };
 use crate::error::{Error, Result};
 use std::cmp::Ordering as CmpOrdering;
@@ -284,20 +284,30 @@ pub(crate) fn on_barrier_request(po: &Postoffice, msg: Message) {
 }
 
 pub(crate) fn on_heartbeat(po: &Postoffice, msg: Message) {
-    let Some(ctl) = &msg.control else { return };
+    // A node's heartbeat comes from its DEALER (identity ps<id>) and lists
+    // that node (ps-lite's `Van::Heartbeat`): it counts for its sender only,
+    // whatever it lists (another peer must not keep a lost node alive), and
+    // only from a node of the cluster (nobody else has a socket for the
+    // answer, and the entries of strangers would pile up).
     if msg.sender == EMPTY {
-        // A node's heartbeat comes from its DEALER (identity ps<id>).
         po.van
             .drop_message(&format!("a heartbeat from {}", sender_name(msg.sender)));
         return;
     }
-    let now = Instant::now();
+    if !po
+        .group_members(WORKER_GROUP | SERVER_GROUP)
+        .contains(&msg.sender)
     {
-        let mut st = po.state.lock();
-        for n in &ctl.nodes {
-            st.heartbeats.insert(n.id, now);
-        }
+        po.van.drop_message(&format!(
+            "a heartbeat from {}, which is not a node of this cluster",
+            sender_name(msg.sender)
+        ));
+        return;
     }
+    po.state
+        .lock()
+        .heartbeats
+        .insert(msg.sender, Instant::now());
     let me = po.my_node.lock().clone();
     let mut reply = Control::new(Command::Heartbeat);
     reply.nodes.push(Node {
