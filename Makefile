@@ -24,12 +24,15 @@ MXDIR    = $(shell $(PY) -c "import importlib.util,os;print(os.path.dirname(impo
 all: tutorial
 
 ## The library: target/release/libmxkv.{so,a}, staged in build/lib with its soname.
+# Each file is written under a temporary name in $(LIBDIR), then renamed over the old one:
+# a process that has the old library mapped (a test running during a rebuild) keeps it
+# intact (cp -f over it rewrote its pages in place under that process).
 build:
 	$(CARGO) build --release
 	@mkdir -p $(LIBDIR)
-	cp -f $(SO) $(LIBDIR)/libmxkv.so.0
-	ln -sf libmxkv.so.0 $(LIBDIR)/libmxkv.so
-	cp -f target/release/libmxkv.a $(LIBDIR)/libmxkv.a
+	t=$(LIBDIR)/.libmxkv.so.0.$$$$; cp -f $(SO) $$t && mv -f $$t $(LIBDIR)/libmxkv.so.0 || { rm -f $$t; exit 1; }
+	t=$(LIBDIR)/.libmxkv.so.$$$$; ln -sfn libmxkv.so.0 $$t && mv -fT $$t $(LIBDIR)/libmxkv.so || { rm -f $$t; exit 1; }
+	t=$(LIBDIR)/.libmxkv.a.$$$$; cp -f target/release/libmxkv.a $$t && mv -f $$t $(LIBDIR)/libmxkv.a || { rm -f $$t; exit 1; }
 
 ## The KVStore tutorial in Python (`import mxkv as mx`), then in C.
 tutorial: build venv
