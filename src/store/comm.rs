@@ -85,6 +85,12 @@ impl CommKey {
 struct DeviceKeys {
     /// Every key ever initialised, in init order.
     keys: Vec<Arc<CommKey>>,
+    /// (position in `keys`, size) of every key: MXNet's `sorted_key_attrs_`,
+    /// new keys appended at init and the whole list sorted in place at each
+    /// placement. The order equal sizes end up in depends on the order the
+    /// list had before (std::sort is not stable beyond 16 elements), so it is
+    /// kept from one placement to the next, as MXNet keeps it.
+    sorted: Vec<(usize, usize)>,
     /// Merge buffers have been placed since the last init. Before that, a
     /// broadcast copies the value into one output and that output into the
     /// others (so dtype conversions chain, as in MXNet).
@@ -116,7 +122,11 @@ impl Comm {
     pub fn init<'a>(&self, keys: impl IntoIterator<Item = &'a Arc<CommKey>>) {
         if self.device {
             let mut d = self.devices.lock();
-            d.keys.extend(keys.into_iter().cloned());
+            for key in keys {
+                let pos = d.keys.len();
+                d.sorted.push((pos, key.size));
+                d.keys.push(key.clone());
+            }
             d.ready = false;
         }
     }
@@ -209,8 +219,9 @@ impl Comm {
         if d.ready {
             return;
         }
-        // (position, size), sorted as MXNet sorts (key, size) pairs.
-        let mut order: Vec<(usize, usize)> = d.keys.iter().map(|k| k.size).enumerate().collect();
+        // (position, size), sorted in place as MXNet sorts its (key, size)
+        // pairs: from the order the previous placement left.
+        let mut order = std::mem::take(&mut d.sorted);
         stdsort_by(&mut order, &|a: &(usize, usize), b: &(usize, usize)| {
             a.1 > b.1
         });
@@ -224,7 +235,7 @@ impl Comm {
             }
         }
         slots.reverse();
-        for (pos, size) in order {
+        for &(pos, size) in &order {
             let mut pick = 0;
             let mut min = usize::MAX;
             for (i, s) in slots.iter().enumerate() {
@@ -236,6 +247,7 @@ impl Comm {
             d.keys[pos].merge.lock().ctx.get_or_insert(slots[pick].1);
             slots[pick].2 += size;
         }
+        d.sorted = order;
         d.ready = true;
     }
 
