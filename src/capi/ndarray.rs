@@ -44,17 +44,6 @@ struct Loaded {
 // thread-local or its thread-id entry of `LOADED_ORPHANS`).
 unsafe impl Send for Loaded {}
 
-/// The context of a new array: as MXNet's `Context::Create`, a negative
-/// device id of a CPU context (`cpu`, `cpu_shared`) means device 0; anything
-/// else goes to [`Context::new`], which checks it.
-fn new_ctx(dev_type: c_int, dev_id: c_int) -> Result<Context> {
-    use crate::ndarray::{DEV_CPU, DEV_CPU_SHARED};
-    match dev_type {
-        DEV_CPU | DEV_CPU_SHARED if dev_id < 0 => Context::new(dev_type, 0),
-        _ => Context::new(dev_type, dev_id),
-    }
-}
-
 fn create(
     shape: Shape,
     dev_type: c_int,
@@ -65,7 +54,11 @@ fn create(
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
-    let a = NDArray::zeros(shape, DType::from_code(dtype)?, new_ctx(dev_type, dev_id)?)?;
+    let a = NDArray::zeros(
+        shape,
+        DType::from_code(dtype)?,
+        Context::create(dev_type, dev_id)?,
+    )?;
     // SAFETY: `out` is non-NULL and writable, per the contract.
     unsafe { write_out(out, new_handle(a), "out") }
 }
@@ -180,7 +173,7 @@ fn create_sparse(
         stype,
         shape,
         DType::from_code(dtype)?,
-        new_ctx(dev_type, dev_id)?,
+        Context::create(dev_type, dev_id)?,
         &aux_types,
         &aux_shapes,
     )?;

@@ -49,6 +49,17 @@ impl Context {
         ensure!(dev_id >= 0, "invalid device id {dev_id}");
         Ok(Context { dev_type, dev_id })
     }
+
+    /// The context of a new array as the C API's caller names it, as MXNet's
+    /// `Context::Create`: a negative device id of a CPU context (`cpu`,
+    /// `cpu_shared`) means device 0; anything else is checked by
+    /// [`Context::new`].
+    pub fn create(dev_type: i32, dev_id: i32) -> Result<Context> {
+        match dev_type {
+            DEV_CPU | DEV_CPU_SHARED if dev_id < 0 => Context::new(dev_type, 0),
+            _ => Context::new(dev_type, dev_id),
+        }
+    }
 }
 
 impl fmt::Display for Context {
@@ -1012,6 +1023,29 @@ mod tests {
             .contains("USE_CUDA"));
         assert_eq!(Context::new(3, 1).unwrap().to_string(), "cpu_pinned(1)");
         assert!(Context::new(1, -1).is_err());
+    }
+
+    #[test]
+    fn contexts_as_the_c_api_names_them() {
+        // a negative cpu or cpu_shared device id means device 0 (MXNet's Context::Create)
+        assert_eq!(Context::create(DEV_CPU, -1).unwrap(), Context::CPU0);
+        assert_eq!(
+            Context::create(DEV_CPU_SHARED, -7).unwrap().to_string(),
+            "cpu_shared(0)"
+        );
+        assert_eq!(Context::create(DEV_CPU, 3).unwrap().to_string(), "cpu(3)");
+        assert_eq!(
+            Context::create(DEV_CPU_PINNED, -1).unwrap_err().message(),
+            "invalid device id -1"
+        );
+        assert_eq!(
+            Context::create(DEV_GPU, -1).unwrap_err().message(),
+            "Compile with USE_CUDA=1 to enable GPU usage"
+        );
+        assert_eq!(
+            Context::create(4, 0).unwrap_err().message(),
+            "unknown device type 4 (cpu 1, gpu 2, cpu_pinned 3, cpu_shared 5)"
+        );
     }
 
     #[test]
