@@ -346,15 +346,19 @@ impl Comm {
         Ok(Some(false))
     }
 
-    /// Device comm with compression: each pushed array is quantized with
-    /// its own residual (one per position in the list) and dequantized, then
-    /// the results are summed left to right.
+    /// Device comm with compression (MXNet's `ReduceCompressed`): each
+    /// pushed array is quantized with its own residual (one per position in
+    /// the list) and dequantized onto the key's merge-buffer context, then
+    /// the results are summed left to right. Even a single value places the
+    /// merge buffers (MXNet calls `InitBuffersAndComm` first) and comes back
+    /// on the merge buffer's context.
     fn reduce_compressed(
         &self,
         key: &CommKey,
         vals: &[&NDArray],
         gc: CompressionParams,
     ) -> Result<NDArray> {
+        let ctx = self.merge_ctx(key, vals);
         let n = key.size;
         let mut residuals = key.residuals.lock();
         while residuals.len() < vals.len() {
@@ -364,7 +368,7 @@ impl Comm {
             .iter()
             .zip(residuals.iter_mut())
             .map(|(v, r)| {
-                let out = NDArray::zeros(key.shape.clone(), DType::F32, v.ctx())?;
+                let out = NDArray::zeros(key.shape.clone(), DType::F32, ctx)?;
                 {
                     let g = v.read();
                     let mut o = out.write();
@@ -377,7 +381,6 @@ impl Comm {
         if deq.len() == 1 {
             return Ok(deq.into_iter().next().expect("one value"));
         }
-        let ctx = self.merge_ctx(key, vals);
         let buf = key.merge_buffer(ctx)?;
         sum_into(&deq, &buf, SumOrder::LeftToRight)?;
         Ok(buf)

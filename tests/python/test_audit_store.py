@@ -43,3 +43,33 @@ def test_device_merge_buffers_after_later_inits(both, seed):
     mxnet, mxkv = both
     assert_same_bits(merge_buffer_placement(mxnet, seed), merge_buffer_placement(mxkv, seed),
                      'seed %d' % seed)
+
+
+def compressed_single_pushes(mx):
+    """With gradient compression, MXNet's device store places the merge buffers even for
+    a push of one value (ReduceCompressed calls InitBuffersAndComm first) and hands the
+    updater the dequantized value on the merge buffer's device."""
+    kv = mx.kv.create('device')
+    kv.set_gradient_compression({'type': '2bit', 'threshold': 0.5})
+    seen = []
+
+    def upd(key, recv, local):
+        seen.append((key, str(recv.context), recv.asnumpy()))
+        local[:] = recv
+
+    kv.init([0, 1, 2, 3], [mx.nd.zeros((4,)), mx.nd.zeros((3,)), mx.nd.zeros((2,)),
+                           mx.nd.zeros((5,))])
+    kv._set_updater(upd)
+    kv.push(1, mx.nd.ones((3,), ctx=mx.cpu(2)))
+    kv.push(0, mx.nd.ones((4,), ctx=mx.cpu(3)) * -2)
+    # the placement made by the first push holds for later multi-value pushes
+    kv.push(2, [mx.nd.ones((2,), ctx=mx.cpu(0)), mx.nd.ones((2,), ctx=mx.cpu(1))])
+    kv.push(3, [mx.nd.ones((5,), ctx=mx.cpu(1)), mx.nd.ones((5,), ctx=mx.cpu(0))])
+    out = [mx.nd.zeros((n,)) for n in (4, 3, 2, 5)]
+    kv.pull([0, 1, 2, 3], out=out)
+    return {'seen': seen, 'stored': [o.asnumpy() for o in out]}
+
+
+def test_device_compressed_single_push_places_merge_buffers(both):
+    mxnet, mxkv = both
+    assert_same_bits(compressed_single_pushes(mxnet), compressed_single_pushes(mxkv))
