@@ -72,11 +72,36 @@ fn check_save<'a>(arrays: &'a [NDArray], names: &[Vec<u8>]) -> Result<Vec<Saved<
             }
             StorageType::Default => Ok(Saved::Dense(a)),
             StorageType::RowSparse | StorageType::Csr => {
-                a.check_format(false)?;
+                check_savable(a)?;
                 Ok(Saved::Sparse(a, a.parts()?))
             }
         })
         .collect()
+}
+
+/// What a sparse array must satisfy to be saved: that MXNet 1.9.1 (and
+/// libmxkv) load the file back as it was. MXNet's `NDArray::Save` checks
+/// nothing: it writes the data's shape as the storage shape, then the aux
+/// shapes and all the bytes. Its `Load` sizes the data by the storage shape
+/// with its first dim set to the stored count (the indices' length), so a
+/// data part of another length than the indices would be misread: refused
+/// (as [`NDArray::check_format`]'s shape check does for row_sparse). A
+/// csr's indptr is saved whatever its length (an array MXNet made with
+/// `MXNDArrayCreateSparseEx` and never filled has none; one loaded from
+/// such a file has none either), as MXNet saves and loads it.
+fn check_savable(a: &NDArray) -> Result<()> {
+    if a.stype() == StorageType::RowSparse {
+        return a.check_format(false);
+    }
+    let p = a.parts()?;
+    ensure!(
+        p.aux[1].size() == p.data.size(),
+        "Check failed: err != kCSRShapeErr: Shape mismatch of this csr NDArray: {} indices \
+         for {} values (MXNet would save a file it reads back wrong)",
+        p.aux[1].size(),
+        p.data.size()
+    );
+    Ok(())
 }
 
 /// Writes checked arrays and their names to `out`, streaming each array's
@@ -1095,6 +1120,44 @@ mod tests {
         }
         let (arrays, _) = stream(&bytes).unwrap();
         assert_eq!(save(&arrays, &[]).unwrap(), bytes);
+    }
+
+    /// A csr of any indptr length (none: made and never filled) saves as
+    /// MXNet 1.9.1 saves it, and its file loads and saves again unchanged;
+    /// data and indices of other lengths are refused.
+    #[test]
+    fn csr_of_any_indptr_length_round_trips() {
+        for (indptr, nnz) in [(0, 0), (0, 2), (2, 0), (2, 2), (6, 0)] {
+            let aux = [Shape(vec![indptr]), Shape(vec![nnz])];
+            let a = NDArray::sparse_zeros(
+                StorageType::Csr,
+                Shape(vec![3, 4]),
+                DType::F32,
+                Context::CPU0,
+                &[DType::I64, DType::I64],
+                &aux,
+            )
+            .unwrap();
+            let bytes = save(&[a], &[]).unwrap();
+            let (arrays, _) = load(&bytes).unwrap();
+            assert_eq!(arrays[0].parts().unwrap().aux[0].size(), indptr as usize);
+            assert_eq!(save(&arrays, &[]).unwrap(), bytes);
+        }
+        let a = NDArray::sparse_zeros(
+            StorageType::Csr,
+            Shape(vec![3, 4]),
+            DType::F32,
+            Context::CPU0,
+            &[DType::I64, DType::I64],
+            &[Shape(vec![4]), Shape(vec![2])],
+        )
+        .unwrap();
+        let three = NDArray::zeros(Shape(vec![3]), DType::F32, Context::CPU0).unwrap();
+        a.set_part(-1, &three).unwrap();
+        assert!(save(&[a], &[])
+            .unwrap_err()
+            .message()
+            .contains("2 indices for 3 values"));
     }
 
     /// MXNet 1.9.1 saves an array it has not finished computing with a

@@ -292,3 +292,48 @@ def test_int32_aux_arrays_are_refused_clearly(both, tmp_path, stype):
                        r'aux arrays: libmxkv holds sparse arrays with int64 \(type 6\) aux '
                        r'arrays only' % stype):
         mxkv.nd.load(path)
+
+
+# Sparse arrays MXNet 1.9.1 saves and loads though they are no valid csr/row_sparse
+# array: NDArray::Save checks nothing (no CheckFormat), and NDArray::Load reads the aux
+# arrays with the shapes the file gives. A csr made with MXNDArrayCreateSparseEx and never
+# filled has an empty indptr (so has one loaded from its file); MXNet's C API also takes an
+# indptr of any length, and row indices in any order.
+DEGENERATE = {
+    'csr_indptr_empty': csr((3, 4), 'float32', [], [], []),
+    'csr_indptr_empty_2_values': csr((3, 4), 'float32', [1, 2], [], [0, 1]),
+    'csr_indptr_short': csr((3, 4), 'float32', [], [0, 0], []),
+    'csr_indptr_long': csr((3, 4), 'float64', [], [0, 0, 0, 0, 0, 0], []),
+    'csr_indptr_short_2_values': csr((3, 4), 'float16', [1, 2], [0, 2], [0, 1]),
+    'csr_no_rows_indptr_empty': csr((0, 4), 'float32', [], [], []),
+    'csr_indptr_garbage': csr((3, 4), 'int32', [1, 2], [0, 5, -1, 2], [0, 9]),
+    'rsp_indices_unsorted_out_of_range': rsp((4, 2), 'float32', [1, 2, 3, 4, 5, 6], [3, -1, 7]),
+}
+
+
+@pytest.mark.parametrize('name', sorted(DEGENERATE))
+def test_degenerate_sparse_arrays_resave_as_mxnet(both, tmp_path, name):
+    """mxkv's save of what it loaded from MXNet's file is that file, byte for byte (mxkv
+    refused to save a csr whose indptr does not hold rows + 1 offsets)"""
+    mxnet, mxkv = both
+    theirs, mine = str(tmp_path / 'mxnet.params'), str(tmp_path / 'mxkv.params')
+    want = save(mxnet, theirs, {name: make(mxnet, DEGENERATE[name])})
+    loaded = mxkv.nd.load(theirs)
+    assert {k: parts(v) for k, v in loaded.items()} == \
+        {k: parts(v) for k, v in mxnet.nd.load(theirs).items()}
+    assert save(mxkv, mine, loaded) == want
+    # and MXNet's own round trip gives the same file again
+    assert save(mxnet, str(tmp_path / 'again.params'), mxnet.nd.load(theirs)) == want
+
+
+def test_csr_values_and_indices_of_other_lengths_are_not_saved(mxkv, tmp_path):
+    """a csr whose data and column indices differ in length would be read back with the
+    indices' length (MXNet's Load): refused, nothing written"""
+    arr = make(mxkv, csr((3, 4), 'float32', [1, 2], [0, 1, 2, 2], [0, 1]))
+    three = mxkv.nd.array(np.array([1, 2, 3], np.float32))
+    mxkv.base.check_call(mxkv.base._LIB.MXNDArraySyncCopyFromNDArray(
+        arr.handle, three.handle, ctypes.c_int(-1)))
+    path = tmp_path / 'a.params'
+    with pytest.raises(mxkv.base.MXNetError, match='2 indices for 3 values'):
+        mxkv.nd.save(str(path), [arr])
+    assert not path.exists()
