@@ -40,6 +40,9 @@ pub const LOST_GRACE: Duration = Duration::from_millis(1000);
 pub const PARKED_MAX_MESSAGES: usize = 10_000;
 pub const PARKED_MAX_BYTES: usize = 256 << 20;
 
+/// The customer id of a server's park key ([`Postoffice::park_key`]).
+const ANY_CUSTOMER: i32 = i32::MIN;
+
 /// A parked message's size for [`PARKED_MAX_BYTES`]: its data parts and body.
 fn parked_size(m: &Message) -> usize {
     m.body.len() + m.data.iter().map(|d| d.len()).sum::<usize>()
@@ -143,8 +146,12 @@ pub(crate) struct State {
     pub stopped: bool,
     pub fatal: Option<Error>,
     pub sched: SchedState,
-    /// Data messages for customers not registered yet.
+    /// Data messages for customers not registered yet, in arrival order,
+    /// by [`Postoffice::park_key`].
     pub parked: HashMap<(i32, i32), Vec<Message>>,
+    /// Park keys whose customer is registered and is being handed its held
+    /// messages: what arrives for it meanwhile is held too, behind them.
+    pub draining: HashSet<(i32, i32)>,
     /// How many messages, and data bytes, `parked` holds (all pairs).
     pub parked_count: usize,
     pub parked_bytes: usize,
@@ -247,6 +254,7 @@ impl Postoffice {
                 fatal: None,
                 sched: SchedState::default(),
                 parked: HashMap::new(),
+                draining: HashSet::new(),
                 parked_count: 0,
                 parked_bytes: 0,
                 parked_dropped: 0,
@@ -427,24 +435,53 @@ impl Postoffice {
         v
     }
 
-    /// Registers the customer for `(app_id, customer_id)` and delivers any
-    /// message that arrived for it before.
+    /// Where a message for `(app_id, customer_id)` is held until its
+    /// customer registers: under that pair, and on a server under its app
+    /// only (a server has one customer per app, which takes every customer
+    /// id's requests, as ps-lite's server takes them whatever id they carry).
+    fn park_key(&self, app_id: i32, customer_id: i32) -> (i32, i32) {
+        if self.role() == Role::Server {
+            (app_id, ANY_CUSTOMER)
+        } else {
+            (app_id, customer_id)
+        }
+    }
+
+    /// Registers the customer for `(app_id, customer_id)` and delivers the
+    /// messages that arrived for it before, in arrival order, before any
+    /// that arrives later: until every held message is handed over, what
+    /// arrives is held behind them (a message never overtakes an earlier
+    /// one). Meanwhile the customer is registered for lost-peer notices.
     pub fn register_customer(&self, app_id: i32, customer_id: i32, c: Arc<dyn Customer>) {
+        let key = self.park_key(app_id, customer_id);
         // Under the state lock, as `deliver` looks a customer up and parks
-        // under it: else a message could be parked just after this took the
-        // parked ones, and wait for ever.
-        let parked = {
-            let mut st = self.state.lock();
+        // under it: else a message could be parked just after the last
+        // batch was taken, and wait for ever.
+        {
+            let _st = self.state.lock();
             self.customers
                 .lock()
                 .insert((app_id, customer_id), c.clone());
-            let parked = st.parked.remove(&(app_id, customer_id)).unwrap_or_default();
-            st.parked_count -= parked.len();
-            st.parked_bytes -= parked.iter().map(parked_size).sum::<usize>();
-            parked
-        };
-        for m in parked {
-            c.on_message(m);
+        }
+        loop {
+            let batch = {
+                let mut st = self.state.lock();
+                st.draining.insert(key);
+                match st.parked.remove(&key) {
+                    Some(batch) => {
+                        st.parked_count -= batch.len();
+                        st.parked_bytes -= batch.iter().map(parked_size).sum::<usize>();
+                        batch
+                    }
+                    None => {
+                        st.draining.remove(&key);
+                        return;
+                    }
+                }
+            };
+            for m in batch {
+                c.on_message(m);
+            }
         }
     }
 
@@ -926,10 +963,15 @@ impl Postoffice {
 
     fn deliver(&self, msg: Message) {
         let key = (msg.app_id, msg.customer_id);
+        let park = self.park_key(key.0, key.1);
         // The lookup and the parking under one state lock (see
         // `register_customer`); the customer is called after it is released.
         let mut st = self.state.lock();
-        let customer = {
+        let draining = st.draining.contains(&park);
+        let customer = if draining {
+            // its held messages first
+            None
+        } else {
             let cs = self.customers.lock();
             cs.get(&key).cloned().or_else(|| {
                 // A server has one customer per app, whatever customer id
@@ -951,15 +993,18 @@ impl Postoffice {
             None => {
                 // Bounded over all pairs: a peer can name any app and
                 // customer. The first message always fits (one message
-                // is as large as ZeroMQ already took it in).
+                // is as large as ZeroMQ already took it in), and so does
+                // every message for a registered customer (the registration
+                // is handing the held ones over: they are going).
                 let size = parked_size(&msg);
-                let fits = st.parked_count == 0
+                let fits = draining
+                    || st.parked_count == 0
                     || (st.parked_count < PARKED_MAX_MESSAGES
                         && st.parked_bytes.saturating_add(size) <= PARKED_MAX_BYTES);
                 if fits {
                     st.parked_count += 1;
                     st.parked_bytes += size;
-                    st.parked.entry(key).or_default().push(msg);
+                    st.parked.entry(park).or_default().push(msg);
                 } else {
                     st.parked_dropped += 1;
                     let (n, bytes) = (st.parked_count, st.parked_bytes);
@@ -1488,7 +1533,8 @@ mod tests {
     }
 
     /// Messages for customers nobody registered are held up to a bound over
-    /// all (app, customer) pairs, and handed over on registration.
+    /// all (app, customer) pairs, and handed over on registration (on a
+    /// server, whose one customer per app takes them all, those of its app).
     #[test]
     fn dist_parked_messages_are_bounded() {
         let c = cluster(1, 1);
@@ -1500,7 +1546,7 @@ mod tests {
                 head: 0,
                 request: true,
                 push: true,
-                app_id: 7,
+                app_id: 7 + (i % 2) as i32,
                 customer_id: (i % 50) as i32,
                 timestamp: i as i32,
                 ..Message::default()
@@ -1532,7 +1578,7 @@ mod tests {
             (
                 st.parked_count,
                 st.parked_bytes,
-                st.parked.get(&(7, 0)).map_or(0, |q| q.len()),
+                st.parked.get(&(7, ANY_CUSTOMER)).map_or(0, |q| q.len()),
             )
         };
         assert!(count <= PARKED_MAX_MESSAGES, "{count} messages parked");
@@ -1550,6 +1596,88 @@ mod tests {
         assert_eq!(*got.lock(), for_0);
         assert!(for_0 > 0);
         assert_eq!(server.state.lock().parked_count, count - for_0);
+        c.finish();
+    }
+
+    /// The meta of a push request for app 7, customer `customer`, with
+    /// timestamp `ts`.
+    fn app7_request(customer: i32, ts: i32) -> Vec<u8> {
+        Message {
+            head: 0,
+            request: true,
+            push: true,
+            app_id: 7,
+            customer_id: customer,
+            timestamp: ts,
+            ..Message::default()
+        }
+        .encode_meta()
+    }
+
+    /// The messages a server held for its app before the customer
+    /// registered reach it first, in arrival order, whatever customer id
+    /// they carry (a server has one customer per app, as in ps-lite), and a
+    /// message arriving while they are handed over waits for them. Before,
+    /// only those of the registered customer id were handed over (a worker
+    /// store with customer id 1 had its early requests held for ever), and
+    /// a message arriving meanwhile went to the customer at once, on the
+    /// receive thread, before the held ones were handled.
+    #[test]
+    fn dist_held_messages_reach_a_customer_in_arrival_order() {
+        struct Record {
+            got: Arc<Mutex<Vec<i32>>>,
+            first: AtomicBool,
+            entered: Mutex<mpsc::Sender<()>>,
+            release: Mutex<mpsc::Receiver<()>>,
+        }
+        impl Customer for Record {
+            fn on_message(&self, m: Message) {
+                // the first (held) message is handled slowly: until the
+                // test has sent another
+                if !self.first.swap(true, Ordering::SeqCst) {
+                    self.entered.lock().send(()).unwrap();
+                    self.release.lock().recv_timeout(T).unwrap();
+                }
+                self.got.lock().push(m.timestamp);
+            }
+        }
+        let c = cluster(1, 1);
+        let server = c.servers[0].clone();
+        let (_ctx, d) = foreign(server.port(), Some("ps99"));
+        let held = |n: usize| server.state.lock().parked_count == n;
+        d.send(app7_request(0, 0), 0).unwrap();
+        d.send(app7_request(1, 1), 0).unwrap();
+        until("2 messages are held", || held(2));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let record = Arc::new(Record {
+            got: got.clone(),
+            first: AtomicBool::new(false),
+            entered: Mutex::new(entered_tx),
+            release: Mutex::new(release_rx),
+        });
+        let s = server.clone();
+        let registering = std::thread::spawn(move || s.register_customer(7, 0, record));
+        entered.recv_timeout(T).unwrap();
+        // sent while the first held message is being handled
+        d.send(app7_request(0, 2), 0).unwrap();
+        until("the third message is held or handled", || {
+            let st = server.state.lock();
+            st.parked.values().flatten().any(|m| m.timestamp == 2) || got.lock().contains(&2)
+        });
+        release.send(()).unwrap();
+        registering.join().unwrap();
+        let deadline = Instant::now() + T;
+        while got.lock().len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*got.lock(), vec![0, 1, 2], "not handled in arrival order");
+        // later ones straight through
+        d.send(app7_request(3, 3), 0).unwrap();
+        until("4 messages are handled", || got.lock().len() == 4);
+        assert_eq!(*got.lock(), vec![0, 1, 2, 3]);
+        assert_eq!(server.state.lock().parked_count, 0);
         c.finish();
     }
 
