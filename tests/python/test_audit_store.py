@@ -73,3 +73,24 @@ def compressed_single_pushes(mx):
 def test_device_compressed_single_push_places_merge_buffers(both):
     mxnet, mxkv = both
     assert_same_bits(compressed_single_pushes(mxnet), compressed_single_pushes(mxkv))
+
+
+def bool_keys(mx):
+    """MXNet's frontend takes any int, bool included (True is key 1, False key 0)."""
+    kv = mx.kv.create('local')
+    kv.init(True, mx.nd.ones((2,)) * 3)
+    kv.init([False, 5], [mx.nd.ones((2,)) * 4, mx.nd.ones((2,))])
+    kv.push(1, [mx.nd.ones((2,)), mx.nd.ones((2,))])
+    kv.push([True, False], [mx.nd.ones((2,)) * 7, mx.nd.ones((2,)) * 8])
+    outs = [mx.nd.zeros((2,)) for _ in range(3)]
+    kv.pull([True, 0, 5], out=outs)
+    res = [o.asnumpy() for o in outs]
+    o = mx.nd.zeros((2,))
+    kv.pushpull(False, mx.nd.ones((2,)) * 9, out=o)
+    res.append(o.asnumpy())
+    return res
+
+
+def test_bool_keys_are_int_keys(both):
+    mxnet, mxkv = both
+    assert_same_bits(bool_keys(mxnet), bool_keys(mxkv))

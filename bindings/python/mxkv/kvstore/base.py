@@ -42,7 +42,8 @@ def _flatten(keys, vals, op):
         return flat_k, flat_v, bool(use_str)
     if isinstance(keys, string_types):
         use_str = True
-    elif isinstance(keys, numbers.Integral) and not isinstance(keys, bool):
+    elif isinstance(keys, numbers.Integral):
+        # bool is an int: MXNet takes True and False as the keys 1 and 0
         keys = int(keys)
         if not _INT32_MIN <= keys <= _INT32_MAX:
             raise MXKVUsageError('KVStore.%s: key %d does not fit in a C int' % (op, keys))
