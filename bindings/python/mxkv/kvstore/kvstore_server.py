@@ -11,12 +11,13 @@ The server's controller installs the optimizer a worker sends with
 ``mxkv._optimizer_pickle.loads``, which accepts only the built-in optimizer and
 lr-scheduler classes (named as ``mxkv`` or MXNet 1.9.1 names them) and plain
 values (numpy bool, int, float and str scalars included, as MXNet pickles them): any
-other pickle is refused with a message naming the class or the attribute, written
-to the server's stderr whatever logging is set up to do; nothing in it runs, no
+other pickle is refused with a message naming the class or the attribute, shown
+once whatever logging is set up to do (see ``_loud``); nothing in it runs, no
 updater is installed from it, and the server keeps serving.
 """
 import ctypes
 import logging
+import os
 import sys
 import traceback
 
@@ -29,17 +30,51 @@ __all__ = ['KVStoreServer']
 _LOG = logging.getLogger('mxkv.kvstore_server')
 
 
-def _loud(message):
-    """`message` on stderr whatever logging is set up to do (a server's only way to
-    report a refused command: the worker's call has already returned), and to the
-    'mxkv.kvstore_server' logger when the application configured logging."""
+def _on_console(handler):
+    """Whether `handler` writes to this process's stdout or stderr (a stream that is one
+    of them, or a file descriptor open on the same file as fd 1 or 2)."""
+    stream = getattr(handler, 'stream', None)
+    if stream is None:
+        return False
+    if any(stream is s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)):
+        return True
     try:
-        sys.stderr.write(message + '\n')
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass
-    if _LOG.hasHandlers():
-        _LOG.error('%s', message)
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    for console in (1, 2):
+        try:
+            if fd == console or os.path.sameopenfile(fd, console):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _loud(message):
+    """Shows `message` once, whatever logging is set up to do (a server's only way to
+    report a refused command: the worker's call has already returned). It goes to the
+    handlers the 'mxkv.kvstore_server' logger passes an error to; unless one of them
+    wrote it to stdout or stderr, it is also written to stderr. (It was written to
+    stderr and logged, so that logging to the console showed it twice.)"""
+    shown = False
+    if _LOG.isEnabledFor(logging.ERROR):
+        record = _LOG.makeRecord(_LOG.name, logging.ERROR, __file__, 0, '%s', (message,),
+                                 None)
+        if _LOG.filter(record):
+            logger = _LOG
+            while logger is not None:
+                for handler in logger.handlers:
+                    if record.levelno >= handler.level and handler.handle(record) \
+                            and _on_console(handler):
+                        shown = True
+                logger = logger.parent if logger.propagate else None
+    if not shown:
+        try:
+            sys.stderr.write(message + '\n')
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 class KVStoreServer(object):
