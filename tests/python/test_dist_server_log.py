@@ -6,6 +6,9 @@ a handler: with logging configured to the console (``logging.basicConfig()``, to
 stdout) every refusal was shown twice. Now it goes to the handlers logging passes it to, and
 to stderr unless one of them wrote it to stdout or stderr: once on the console in every setup
 below, and once more in a log file when logging writes one.
+
+A command other than MXNet's 0-5 never reaches the server's controller: libmxkv's server
+refuses it, and the worker's call raises naming it.
 """
 import pytest
 
@@ -43,6 +46,11 @@ import mxkv as mx
 kv = mx.kv.create('dist_sync')
 # a function of the os module: refused by the server's unpickler (nothing is called)
 kv._send_command_to_servers(0, pickle.dumps(os.getcwd, 0).decode())
+try:
+    kv._send_command_to_servers(7, 'x')
+    print('COMMAND 7 ACCEPTED', flush=True)
+except mx.base.MXNetError as err:
+    print('COMMAND 7 REFUSED: %s' % str(err).splitlines()[0], flush=True)
 kv.close()
 print('DONE', flush=True)
 '''
@@ -68,3 +76,7 @@ def test_a_refusal_is_shown_once(tmp_path, setup, in_file):
     server_log = tmp_path / 'log.server'
     written = server_log.read_text().count(REFUSAL) if server_log.exists() else 0
     assert written == (1 if in_file else 0), (written, out)
+    # the unknown command is the worker's error; the controller never saw it
+    line = [l for l in out.splitlines() if l.startswith('[worker 0] COMMAND 7')]
+    assert line and 'REFUSED' in line[0] and 'unknown server command 7' in line[0], out
+    assert 'unknown command' not in out.replace('unknown server command', ''), out

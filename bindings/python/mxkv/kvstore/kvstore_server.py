@@ -7,7 +7,10 @@ MXNet's own ``tools/launch.py``, rely on this). Workers (``DMLC_ROLE`` unset or
 ``worker``) import the package as usual.
 
 The server's controller installs the optimizer a worker sends with
-``kv.set_optimizer`` (command 0, ``kController``). The body is unpickled by
+``kv.set_optimizer`` (command 0, ``kController``), the only command it is given:
+libmxkv's server handles MXNet's other commands (1-5) itself and refuses any other
+head with an error the worker's call raises (MXNet 1.9.1's server hands those to
+the controller, whose Python side only prints them). The body is unpickled by
 ``mxkv._optimizer_pickle.loads``, which accepts only the built-in optimizer and
 lr-scheduler classes (named as ``mxkv`` or MXNet 1.9.1 names them) and plain
 values (numpy bool, int, float and str scalars included, as MXNet pickles them): any
@@ -94,8 +97,6 @@ class KVStoreServer(object):
                       'assigned).' % (self.kvstore.rank, err))
                 return
             self.kvstore.set_optimizer(optimizer)
-        else:
-            _LOG.warning('server %d: unknown command (%d, %r)', self.kvstore.rank, cmd_id, body)
 
     def _controller(self):
         def controller(cmd_id, body, _handle):
