@@ -10,19 +10,30 @@
  * in a hundred hung in MXKVStoreCreate.
  *
  * Two threads create and free arrays in a loop, a third creates and frees
- * stores and asks for the node's role; the main thread forks 200 times;
- * each child asks for its role, creates an array, a store, pushes and
- * pulls, and exits
+ * stores and asks for the node's role, two more create and free big arrays
+ * (32 MiB: the buffer pool's lock, src/ndarray/pool.rs), and one tries to
+ * create a dist store (the ps-lite variables name a scheduler port nothing
+ * listens on, with a deadline of 0.3 s: the worker node's lock of
+ * src/factory.rs) and calls MXNotifyShutdown (the dist stores' list there).
+ * The main thread forks 200 times; each child asks for its role, creates an
+ * array, a store, pushes and pulls, creates and frees a big array, calls
+ * MXNotifyShutdown, in every tenth round tries a dist store (which must
+ * fail, not hang), and exits
  * (alarm(): a child that hangs is killed and counted). Locks of single
  * arrays or stores other threads hold at the fork stay held in the child,
- * as in MXNet, so the child uses only its own.
+ * as in MXNet, so the child uses only its own. Before the pool's and the
+ * factory's locks were held across fork() too, a child hung within 20
+ * rounds (the first dist store try; and about one child in 100 on the pool).
  *
  * Built and run by `make ctest` (also ctest-asan, ctest-valgrind).
  */
 #include "check.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,7 +62,31 @@ static void *churn_stores(void *arg) {
   return NULL;
 }
 
-static int child(void) {
+/* 32 MiB of float32: mapped, through the buffer pool */
+static const uint32_t BIG = 1u << 23;
+
+static void *churn_big(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_)) {
+    NDArrayHandle h;
+    CHECK_OK(MXNDArrayCreateEx(&BIG, 1, DEV_CPU, 0, 0, DT_F32, &h));
+    CHECK_OK(MXNDArrayFree(h));
+  }
+  return NULL;
+}
+
+/* a dist store that cannot start (no scheduler), and MXNotifyShutdown */
+static void *churn_dist(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_)) {
+    KVStoreHandle kv;
+    CHECK(MXKVStoreCreate("dist_sync", &kv) == -1);
+    CHECK_OK(MXNotifyShutdown());
+  }
+  return NULL;
+}
+
+static int child(int round) {
   alarm(10);
   int w = -1;
   if (MXKVStoreIsWorkerNode(&w) != 0 || w != 1) return 6;
@@ -65,6 +100,11 @@ static int child(void) {
   float v[2];
   if (MXNDArraySyncCopyToCPU(out, v, 2) != 0 || v[0] != 1 || v[1] != 2) return 4;
   if (MXKVStoreFree(kv) != 0 || MXNDArrayFree(a) != 0 || MXNDArrayFree(out) != 0) return 5;
+  NDArrayHandle big;
+  if (MXNDArrayCreateEx(&BIG, 1, DEV_CPU, 0, 0, DT_F32, &big) != 0 || MXNDArrayFree(big) != 0)
+    return 7;
+  if (MXNotifyShutdown() != 0) return 8;
+  if (round % 10 == 0 && MXKVStoreCreate("dist_sync", &kv) != -1) return 9;
   return 0;
 }
 
@@ -98,14 +138,34 @@ int main(int argc, char **argv) {
     return 0;
   }
   int rounds = argc > 1 ? atoi(argv[1]) : 200;
-  pthread_t t[3];
+  /* No pool: the big arrays' loop is mmap and munmap of untouched memory, so
+     it spends its time near the pool's lock (read before the first big
+     array is freed). */
+  CHECK(setenv("MXKV_CPU_MEM_POOL_MB", "0", 1) == 0);
+  /* a port nothing listens on (bound, never listening), for the scheduler */
+  int no_listen = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(no_listen >= 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof addr;
+  CHECK(bind(no_listen, (struct sockaddr *)&addr, sizeof addr) == 0);
+  CHECK(getsockname(no_listen, (struct sockaddr *)&addr, &alen) == 0);
+  char port[16];
+  snprintf(port, sizeof port, "%d", ntohs(addr.sin_port));
+  const char *keys[] = {"DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI",
+                        "DMLC_PS_ROOT_PORT", "MXKV_TIMEOUT_S"};
+  const char *vals[] = {"worker", "1", "1", "127.0.0.1", port, "0.3"};
+  CHECK_OK(MXInitPSEnv(6, keys, vals));
+  pthread_t t[6];
   for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, churn, NULL) == 0);
   CHECK(pthread_create(&t[2], NULL, churn_stores, NULL) == 0);
+  for (int i = 3; i < 5; i++) CHECK(pthread_create(&t[i], NULL, churn_big, NULL) == 0);
+  CHECK(pthread_create(&t[5], NULL, churn_dist, NULL) == 0);
   int hung = 0, failed = 0;
   for (int i = 0; i < rounds && hung == 0 && failed == 0; i++) {
     pid_t p = fork();
     CHECK(p >= 0);
-    if (p == 0) _exit(child());
+    if (p == 0) _exit(child(i));
     int st;
     CHECK(waitpid(p, &st, 0) == p);
     if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) {
@@ -117,7 +177,8 @@ int main(int argc, char **argv) {
     }
   }
   atomic_store(&stop_, 1);
-  for (int i = 0; i < 3; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < 6; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  close(no_listen);
   CHECK(hung == 0);
   CHECK(failed == 0);
   printf("test_fork_threads: OK\n");

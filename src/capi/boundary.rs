@@ -68,16 +68,21 @@ type ForkHolds = (
     ForkHold<'static, crate::ndarray::NDArray>,
     std::sync::MutexGuard<'static, usize>,
     crate::psenv::ForkHold,
+    crate::factory::ForkHold,
+    crate::ndarray::pool::ForkHold,
 );
 
 extern "C" fn fork_prepare() {
     // The library's process-wide locks that C API calls take. (None is taken
-    // while another is held: any order does.)
+    // while another is held, nor is anything waited for under them: any
+    // order does, and each is held briefly.)
     let holds = (
         KVSTORES.hold_for_fork(),
         NDARRAYS.hold_for_fork(),
         super::kvstore::hold_store_count_for_fork(),
         crate::psenv::hold_for_fork(),
+        crate::factory::hold_for_fork(),
+        crate::ndarray::pool::hold_for_fork(),
     );
     // (a fork from a thread whose thread-locals are gone goes unguarded)
     let _ = FORK_HOLDS.try_with(|h| *h.borrow_mut() = Some(holds));
@@ -89,7 +94,8 @@ extern "C" fn fork_done() {
 
 /// Installs the `pthread_atfork` handlers that keep a `fork()` from
 /// happening while another thread holds one of the library's process-wide
-/// locks (a handle registry's, the store count's, the ps-lite variables'):
+/// locks (a handle registry's, the store count's, the ps-lite variables',
+/// the worker node's and dist stores' of `factory`, the buffer pool's):
 /// the child would find it held forever. Run when the library is loaded (an ELF
 /// constructor, below), before any entry point can run: installed lazily by
 /// the first call, a fork made while another thread was installing them left

@@ -6,7 +6,7 @@
 pub mod dtype;
 pub mod kernels;
 pub mod params;
-mod pool;
+pub mod pool;
 pub mod sparse;
 
 use crate::error::{Error, Result};

@@ -8,26 +8,60 @@
 //! 80–100 ms that way on the reference machine, against ~8 ms into memory
 //! already touched. The pool holds at most `MXKV_CPU_MEM_POOL_MB` MiB (read
 //! once; default 1024, 0 disables it); beyond that freed mappings are unmapped.
+//!
+//! `fork()` while another thread holds the pool's lock would leave it held
+//! forever in the child: the C API's `pthread_atfork` handlers hold it across
+//! a fork ([`hold_for_fork`]). It is a std lock, whose guard the child may
+//! drop (see src/registry.rs), in a plain static (no lazy initialisation a
+//! fork could interrupt either); nothing else is locked while it is held.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-struct Pool {
+pub(crate) struct Pool {
     /// Free mappings by length.
-    free: HashMap<usize, Vec<memmap2::MmapMut>>,
+    free: BTreeMap<usize, Vec<memmap2::MmapMut>>,
     bytes: usize,
 }
 
-static POOL: LazyLock<Mutex<Pool>> = LazyLock::new(|| {
-    Mutex::new(Pool {
-        free: HashMap::new(),
-        bytes: 0,
-    })
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: BTreeMap::new(),
+    bytes: 0,
 });
 
-static LIMIT: LazyLock<usize> =
-    LazyLock::new(|| limit_from(std::env::var("MXKV_CPU_MEM_POOL_MB").ok()));
+fn lock() -> MutexGuard<'static, Pool> {
+    // (nothing panics while the lock is held: a poisoned lock is as good)
+    POOL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The pool's lock, held: see [`hold_for_fork`].
+pub struct ForkHold {
+    _held: MutexGuard<'static, Pool>,
+}
+
+/// Waits until no other thread is inside the pool and keeps every other
+/// thread out until the hold is dropped (around a `fork()`: the child may
+/// drop it too).
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold { _held: lock() }
+}
+
+/// The limit in bytes, read from the environment by the first call that
+/// needs it (outside the pool's lock; threads that race read the same value).
+static LIMIT: AtomicUsize = AtomicUsize::new(UNSET);
+const UNSET: usize = usize::MAX;
+
+fn limit() -> usize {
+    match LIMIT.load(Ordering::Relaxed) {
+        UNSET => {
+            let l = limit_from(std::env::var("MXKV_CPU_MEM_POOL_MB").ok());
+            LIMIT.store(l, Ordering::Relaxed);
+            l
+        }
+        l => l,
+    }
+}
 
 const DEFAULT_MB: usize = 1024;
 
@@ -35,12 +69,13 @@ fn limit_from(v: Option<String>) -> usize {
     v.and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(DEFAULT_MB)
         .saturating_mul(1 << 20)
+        .min(UNSET - 1)
 }
 
 /// A free mapping of exactly `len` bytes, if the pool holds one. Its contents
 /// are whatever its last array left there.
 pub(super) fn take(len: usize) -> Option<memmap2::MmapMut> {
-    let mut p = POOL.lock();
+    let mut p = lock();
     let map = p.free.get_mut(&len)?.pop()?;
     p.bytes -= len;
     Some(map)
@@ -49,8 +84,9 @@ pub(super) fn take(len: usize) -> Option<memmap2::MmapMut> {
 /// Keeps `map` for reuse while the pool has room; unmaps it otherwise.
 pub(super) fn give(map: memmap2::MmapMut) {
     let len = map.len();
-    let mut p = POOL.lock();
-    if p.bytes + len <= *LIMIT {
+    let limit = limit();
+    let mut p = lock();
+    if p.bytes + len <= limit {
         p.bytes += len;
         p.free.entry(len).or_default().push(map);
     }
@@ -61,7 +97,7 @@ pub(super) fn give(map: memmap2::MmapMut) {
 /// to rely on it keeping what they free.
 #[cfg(test)]
 pub(super) fn held() -> Option<usize> {
-    (*LIMIT >= 256 << 20).then(|| POOL.lock().bytes)
+    (limit() >= 256 << 20).then(|| lock().bytes)
 }
 
 #[cfg(test)]
