@@ -587,10 +587,11 @@ impl Van {
         self.shared.dropped.load(Ordering::Acquire)
     }
 
-    /// Logs a dropped message and counts it.
+    /// Logs a dropped message and counts it, in that order: once
+    /// [`Van::dropped`] shows the drop, [`Van::last_drop`] says why.
     pub fn drop_message(&self, why: &str) {
-        self.shared.dropped.fetch_add(1, Ordering::AcqRel);
         self.log_drop(why);
+        self.shared.dropped.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Logs a dropped message ("dropped <why>"), at most
@@ -1189,6 +1190,41 @@ mod tests {
         // A new window logs again, and one without quiet drops says nothing.
         assert_eq!(l.note(later), (None, DropLine::Log));
         assert_eq!(l.flush(later + DROP_LOG_WINDOW), None);
+    }
+
+    /// A drop is known by what it says once it is counted: the count is
+    /// what tests wait for before they read [`Van::last_drop`]. The count
+    /// went up before the reason was set, and a test that read the reason
+    /// in between read the previous one (`dist_a_heartbeat_counts_for_its_
+    /// sender_only` failed once under load). Here the reason cannot be set
+    /// (the test holds the log's lock) while a drop is made: it must not
+    /// be counted meanwhile (the window for the bug to show is 300 ms; the
+    /// fixed code does not depend on it).
+    #[test]
+    fn a_drop_is_counted_once_its_reason_is_set() {
+        let (v, _rx) = van(9);
+        v.drop_message("the first drop");
+        let log = v.shared.drop_log.lock();
+        let dropper = {
+            let v = v.clone();
+            std::thread::spawn(move || v.drop_message("the second drop"))
+        };
+        let window = Instant::now() + Duration::from_millis(300);
+        while v.dropped() < 2 && Instant::now() < window {
+            std::thread::yield_now();
+        }
+        let (count, reason) = (v.dropped(), log.last.clone());
+        drop(log);
+        dropper.join().unwrap();
+        assert_eq!(
+            count, 1,
+            "the second drop was counted while its reason was not set (the last drop said {reason:?})"
+        );
+        assert_eq!(
+            (v.dropped(), v.last_drop()),
+            (2, "the second drop".to_string())
+        );
+        v.stop(Duration::from_secs(5));
     }
 
     /// Running out of sockets is an error that says which limits apply.
