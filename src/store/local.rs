@@ -105,6 +105,36 @@ impl RspSnapshot {
     }
 }
 
+/// The keys of a PushPull whose outputs must wait for the pull that follows
+/// every push of the call, instead of being written in a key's push pass:
+/// the call's semantics are MXNet's, all pushes, then all pulls (in
+/// ascending key order). An output that is also a pushed value would be
+/// overwritten before a later key's push reads it, and an output of two
+/// keys would end with the value of whichever key wrote it last, not that
+/// of the larger key. (Outputs of one key among themselves and its own
+/// values are handled by the fused kernels.)
+fn outputs_not_to_fuse(vals: &[NDArray], pulls: &[(Arc<Entry>, &NDArray)]) -> HashSet<i32> {
+    let mut blocked = HashSet::new();
+    if pulls.is_empty() {
+        return blocked;
+    }
+    let pushed: HashSet<usize> = vals.iter().map(NDArray::addr).collect();
+    // the key of each output array, or None once two keys write it
+    let mut owner: HashMap<usize, Option<i32>> = HashMap::with_capacity(pulls.len());
+    for (e, o) in pulls {
+        let slot = owner.entry(o.addr()).or_insert(Some(e.id));
+        if *slot != Some(e.id) {
+            *slot = None;
+        }
+    }
+    for (e, o) in pulls {
+        if pushed.contains(&o.addr()) || owner[&o.addr()].is_none() {
+            blocked.insert(e.id);
+        }
+    }
+    blocked
+}
+
 impl LocalStore {
     pub fn new(type_name: Vec<u8>, device: bool) -> LocalStore {
         crate::ndarray::kernels::init_pool();
@@ -290,6 +320,9 @@ impl LocalStore {
         let mut outs: HashMap<i32, Vec<&NDArray>> = HashMap::new();
         for (e, o) in pulls.iter() {
             outs.entry(e.id).or_default().push(*o);
+        }
+        for id in outputs_not_to_fuse(vals, pulls) {
+            outs.remove(&id);
         }
         let outs_of = |id: i32| outs.get(&id).map_or(&[][..], |v| &v[..]);
         let mut written = HashSet::new();

@@ -94,3 +94,53 @@ def bool_keys(mx):
 def test_bool_keys_are_int_keys(both):
     mxnet, mxkv = both
     assert_same_bits(bool_keys(mxnet), bool_keys(mxkv))
+
+
+def _pushpull_c(mx, kv, vkeys, vals, okeys, outs):
+    """MXKVStorePushPull with keys of its own for the outputs (the Python frontend always
+    pulls the keys it pushes)."""
+    import ctypes
+    ckeys = lambda ks: (ctypes.c_int * len(ks))(*ks)
+    handles = lambda arrs: (ctypes.c_void_p * len(arrs))(*[a.handle.value for a in arrs])
+    rc = mx.base._LIB.MXKVStorePushPull(kv.handle, len(vkeys), ckeys(vkeys), len(okeys),
+                                        ckeys(okeys), handles(vals), handles(outs), 0)
+    mx.nd.waitall()
+    return rc
+
+
+def pushpull_outputs_that_alias(mx, kind, nb, case):
+    """PushPull is all the pushes, then all the pulls (in ascending key order). Key 1 gets
+    one value, key 2 `nb` values.
+    'input': the output of key 1 is a value pushed for key 2, which must be summed as it
+    was before the call;
+    'two-keys': one output for keys 1 and 2 (and one more of another dtype for key 1): it
+    ends with key 2's value, pulled last."""
+    kv = mx.kv.create(kind)
+    kv.init([1, 2], [mx.nd.zeros((3,)), mx.nd.zeros((3,))])
+    a = mx.nd.ones((3,))
+    bs = [mx.nd.ones((3,)) * (2 + 18 * i) for i in range(nb)]
+    if case == 'input':
+        for order in ([1] + [2] * nb, [2] * nb + [1]):
+            vals = [a if k == 1 else None for k in order]
+            it = iter(bs)
+            vals = [v if v is not None else next(it) for v in vals]
+            rc = _pushpull_c(mx, kv, order, vals, [1], [bs[0]])
+            bs[0][:] = 2
+            outs = [mx.nd.zeros((3,)), mx.nd.zeros((3,))]
+            kv.pull([1, 2], out=outs)
+            yield rc, [o.asnumpy() for o in outs]
+    else:
+        x, y = mx.nd.zeros((3,)), mx.nd.zeros((3,), dtype='float64')
+        rc = _pushpull_c(mx, kv, [1] + [2] * nb, [a] + bs, [1, 1, 2], [x, y, x])
+        yield rc, [x.asnumpy(), y.asnumpy()]
+
+
+# (not 'input' with one value of key 2: MXNet would keep the caller's array as the
+# stored value, README's deviation 2)
+@pytest.mark.parametrize('nb,case', [(2, 'input'), (3, 'input'), (1, 'two-keys'),
+                                     (2, 'two-keys')])
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_pushpull_outputs_are_written_after_every_push(both, kind, nb, case):
+    mxnet, mxkv = both
+    assert_same_bits(list(pushpull_outputs_that_alias(mxnet, kind, nb, case)),
+                     list(pushpull_outputs_that_alias(mxkv, kind, nb, case)))
