@@ -481,6 +481,10 @@ impl<R: Read> Reader<R> {
     /// straight into it. A lying source so costs at most about three times
     /// the bytes it sent, and a true one the data once plus a chunk (not
     /// twice, as a buffer read whole and then copied would).
+    ///
+    /// The buffers need not be zeroed ([`NDArray::for_overwrite`]): every
+    /// byte of them is read into here before the array is returned, and a
+    /// short or failed read drops the array, which no one else holds.
     fn read_data(
         &mut self,
         n: u64,
@@ -661,8 +665,9 @@ fn read_dense<R: Read>(r: &mut Reader<R>, shape: Shape) -> Result<NDArray> {
     let nbytes = byte_len(&shape, dtype)?;
     r.part = "data";
     let what = || format!("array of shape {shape}");
+    // Not zeroed first: `read_data` fills every byte, or fails and drops it.
     r.read_data(nbytes, &what, || {
-        let a = NDArray::zeros(shape.clone(), dtype, ctx)?;
+        let a = NDArray::for_overwrite(shape.clone(), dtype, ctx)?;
         Ok((a.clone(), vec![a]))
     })
 }
@@ -833,7 +838,7 @@ fn read_sparse<R: Read>(r: &mut Reader<R>, stype: i32) -> Result<NDArray> {
     })?;
     r.part = "data";
     r.read_data(total, &what, || {
-        let a = NDArray::sparse_zeros(
+        let a = NDArray::sparse_for_overwrite(
             stype,
             shape.clone(),
             dtype,
@@ -1032,6 +1037,50 @@ mod tests {
             msg.contains("array magic 0xffffffff is no known version"),
             "{msg}"
         );
+    }
+
+    /// Arrays are read into buffers that are not zeroed first (a pooled
+    /// mapping holds what its last array left): a read that ends short (a
+    /// file cut while it is loaded, a pipe) fails and returns nothing, and
+    /// a load into a reused mapping holds the file's bytes only.
+    #[test]
+    fn unzeroed_buffers_are_filled_whole_or_dropped() {
+        let n = (40 << 20) / 4; // a mapped buffer (32 MiB and more)
+        let vals: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let a = NDArray::from_bytes(
+            Shape(vec![n as i64]),
+            DType::F32,
+            Context::CPU0,
+            bytemuck::cast_slice(&vals),
+        )
+        .unwrap();
+        let full = save(&[a], &[]).unwrap();
+        let stale = || {
+            // a mapping of the same length, full of other bytes, back in the pool
+            let s = NDArray::zeros(Shape(vec![n as i64]), DType::F32, Context::CPU0).unwrap();
+            s.write().bytes_mut().fill(0xAB);
+        };
+        let data_at = full.len() - 4 * n - 8; // (then the name count)
+        for cut in [
+            data_at + 1,
+            data_at + 4 * n / 2,
+            full.len() - 9,
+            full.len() - 1,
+        ] {
+            stale();
+            // a regular file whose length was taken before it was cut
+            let len = Some(full.len() as u64);
+            let msg = load_from(&full[..cut], len, "cut").unwrap_err();
+            assert!(msg.message().contains("truncated"), "{msg}");
+            stale();
+            assert!(stream(&full[..cut]).is_err());
+        }
+        stale();
+        let (got, _) = load(&full).unwrap();
+        assert_eq!(got[0].read().typed::<f32>(), &vals[..]);
+        stale();
+        let (got, _) = stream(&full).unwrap();
+        assert_eq!(got[0].read().typed::<f32>(), &vals[..]);
     }
 
     /// A file shorter than it claims names the item and the part it ends in.

@@ -53,6 +53,32 @@ impl NDArray {
         aux_types: &[DType],
         aux_shapes: &[Shape],
     ) -> Result<NDArray> {
+        NDArray::sparse_alloc(stype, shape, dtype, ctx, aux_types, aux_shapes, true)
+    }
+
+    /// [`NDArray::sparse_zeros`], with parts whose every byte the caller
+    /// writes before the array is used (see [`Buffer::for_overwrite`]): a
+    /// load reading the parts from a file.
+    pub(super) fn sparse_for_overwrite(
+        stype: StorageType,
+        shape: Shape,
+        dtype: DType,
+        ctx: Context,
+        aux_types: &[DType],
+        aux_shapes: &[Shape],
+    ) -> Result<NDArray> {
+        NDArray::sparse_alloc(stype, shape, dtype, ctx, aux_types, aux_shapes, false)
+    }
+
+    fn sparse_alloc(
+        stype: StorageType,
+        shape: Shape,
+        dtype: DType,
+        ctx: Context,
+        aux_types: &[DType],
+        aux_shapes: &[Shape],
+        zero: bool,
+    ) -> Result<NDArray> {
         ensure!(
             aux_types.len() == aux_shapes.len(),
             "{} aux types for {} aux shapes",
@@ -101,10 +127,14 @@ impl NDArray {
                 t.code()
             );
         }
-        let data = NDArray::zeros(data_shape, dtype, ctx)?;
+        let part = |shape: Shape, dtype| match zero {
+            true => NDArray::zeros(shape, dtype, ctx),
+            false => NDArray::for_overwrite(shape, dtype, ctx),
+        };
+        let data = part(data_shape, dtype)?;
         let aux = aux_shapes
             .iter()
-            .map(|s| NDArray::zeros(s.clone(), DType::I64, ctx))
+            .map(|s| part(s.clone(), DType::I64))
             .collect::<Result<Vec<_>>>()?;
         Ok(NDArray::build(
             shape,
@@ -113,6 +143,27 @@ impl NDArray {
             stype,
             Buffer::zeroed(0)?,
             Some(Parts { data, aux }),
+        ))
+    }
+
+    /// A dense array whose every byte the caller writes before the array is
+    /// used ([`Buffer::for_overwrite`]: a pooled mapping is not zeroed
+    /// first). Only for a reader that fills it whole or drops it.
+    pub(super) fn for_overwrite(shape: Shape, dtype: DType, ctx: Context) -> Result<NDArray> {
+        for &d in shape.dims() {
+            ensure!(d >= 0, "negative dimension {d} in shape {shape}");
+        }
+        let nbytes = shape
+            .dims()
+            .iter()
+            .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d as usize))
+            .ok_or_else(|| crate::error::Error::new(format!("shape {shape} is too large")))?;
+        Ok(NDArray::from_parts(
+            shape,
+            dtype,
+            ctx,
+            StorageType::Default,
+            Buffer::for_overwrite(nbytes)?,
         ))
     }
 
