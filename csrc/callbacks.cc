@@ -417,6 +417,9 @@ extern "C" int mxkv_run_beside(body_fn body, void *data) {
 // state) and puts the caller's state back on return (mxkv_cancel_set), and
 // callbacks run with the caller's state; a request made meanwhile is acted
 // on at the caller's next cancellation point.
+// (src/capi/boundary.rs knows the disabled state as 1)
+static_assert(PTHREAD_CANCEL_DISABLE == 1, "PTHREAD_CANCEL_DISABLE is 1");
+
 extern "C" int mxkv_cancel_off() {
   int old = PTHREAD_CANCEL_ENABLE;
   if (pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old) != 0) return PTHREAD_CANCEL_ENABLE;

@@ -150,13 +150,20 @@ thread_local! {
     static CALLER_CANCEL: Cell<Option<c_int>> = const { Cell::new(None) };
 }
 
+/// glibc's `PTHREAD_CANCEL_DISABLE` (checked in csrc/callbacks.cc).
+const CANCEL_DISABLE: c_int = 1;
+
 /// Runs `f` (a user callback call) with the thread's cancellation state as
 /// the C API's caller had it, and turns cancellation off again after it.
+/// (A caller's "disabled" is the state the call works in already: only the
+/// turning off after the callback is made, in case the callback changed it.)
 pub(crate) fn with_caller_cancel_state<R>(f: impl FnOnce() -> R) -> R {
     let Some(state) = CALLER_CANCEL.try_with(Cell::get).ok().flatten() else {
         return f();
     };
-    cancel_set(state);
+    if state != CANCEL_DISABLE {
+        cancel_set(state);
+    }
     let r = f();
     // off again, as on entry
     cancel_off();
@@ -167,6 +174,9 @@ pub(crate) fn with_caller_cancel_state<R>(f: impl FnOnce() -> R) -> R {
 /// `-1` with `"{name}: {message}"` kept for `MXGetLastError`. Thread
 /// cancellation is off meanwhile (a request is acted on at the caller's next
 /// cancellation point; see csrc/callbacks.cc), except in user callbacks.
+/// Two `pthread_setcancelstate` calls (one when the caller had cancellation
+/// off), and two more around each callback: entry points whose work
+/// reaches no cancellation point use [`api_call_light`] instead.
 pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Error>) -> c_int {
     // (put back below)
     let caller = cancel_off();
@@ -175,8 +185,33 @@ pub(crate) fn api_call(name: &'static str, body: impl FnOnce() -> Result<(), Err
     if let Some(outer) = outer {
         let _ = CALLER_CANCEL.try_with(|c| c.set(outer));
     }
-    cancel_set(caller);
+    // (a caller's "disabled" is the state now: off on entry and after
+    // every callback)
+    if caller != CANCEL_DISABLE {
+        cancel_set(caller);
+    }
     rc
+}
+
+/// [`api_call`] for entry points whose work reaches no cancellation point,
+/// so that a cancellation request cannot be acted on inside them and the
+/// thread's cancellation state need not change: handle lookups, reads of an
+/// array's shape, dtype, context and storage type, the freeing of an array
+/// handle (dropping memory: `free`, `munmap`, the buffer pool), writes of
+/// outputs and of the per-thread buffers. No file or socket I/O, printing,
+/// sleeps, thread joins, libc waits (`pthread_cond_wait`, `sem_wait`; the
+/// std and parking_lot locks wait with the futex system call, which is not
+/// a cancellation point), rayon or callbacks. (Bindings call these all the
+/// time, and updaters call `MXNDArrayFree` twice per update: the two
+/// `pthread_setcancelstate` calls were about half of `MXNDArrayGetDType`.)
+/// A panic's message printed by the panic hook is the one exception: with
+/// a cancellation request pending and cancellation on, that write would act
+/// on it (an internal error then aborts the process instead of returning -1).
+pub(crate) fn api_call_light(
+    name: &'static str,
+    body: impl FnOnce() -> Result<(), Error>,
+) -> c_int {
+    api_call_inner(name, body)
 }
 
 fn api_call_inner(name: &'static str, body: impl FnOnce() -> Result<(), Error>) -> c_int {

@@ -2,7 +2,7 @@
 //! and node roles, and libmxkv's own diagnostics.
 
 use super::args::{cstrs, write_out, KVSTORES, NDARRAYS};
-use super::boundary::api_call;
+use super::boundary::{api_call, api_call_light};
 use crate::psenv;
 use std::os::raw::{c_char, c_int};
 
@@ -13,7 +13,7 @@ pub const MXNET_VERSION: c_int = 10901;
 #[no_mangle]
 pub unsafe extern "C" fn MXGetVersion(out: *mut c_int) -> c_int {
     // SAFETY: `out` is NULL (checked) or writable, per the contract.
-    api_call("MXGetVersion", || unsafe {
+    api_call_light("MXGetVersion", || unsafe {
         write_out(out, MXNET_VERSION, "out")
     })
 }

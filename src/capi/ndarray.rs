@@ -1,7 +1,7 @@
 //! The `MXNDArray*` functions a KVStore binding needs, in `c_api.h` order.
 
 use super::args::{cstr, cstrs, ndarray, ndarrays, new_handle, slice, write_out, NDARRAYS};
-use super::boundary::{api_call, per_thread, Orphans};
+use super::boundary::{api_call, api_call_light, per_thread, Orphans};
 use super::NDArrayHandle;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
@@ -66,7 +66,7 @@ fn create(
 /// A handle with no shape and no storage.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
-    api_call("MXNDArrayCreateNone", || {
+    api_call_light("MXNDArrayCreateNone", || {
         if out.is_null() {
             return Err(Error::new("out (output pointer) is NULL"));
         }
@@ -381,7 +381,7 @@ pub unsafe extern "C" fn MXNDArrayGetShape(
     out_dim: *mut u32,
     out_pdata: *mut *const u32,
 ) -> c_int {
-    api_call("MXNDArrayGetShape", || {
+    api_call_light("MXNDArrayGetShape", || {
         let dims = shape_of(handle)?
             .into_iter()
             .map(|d| {
@@ -413,7 +413,7 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx(
     out_dim: *mut c_int,
     out_pdata: *mut *const c_int,
 ) -> c_int {
-    api_call("MXNDArrayGetShapeEx", || {
+    api_call_light("MXNDArrayGetShapeEx", || {
         let dims = shape_of(handle)?
             .into_iter()
             .map(|d| {
@@ -445,7 +445,7 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
     out_dim: *mut c_int,
     out_pdata: *mut *const i64,
 ) -> c_int {
-    api_call("MXNDArrayGetShapeEx64", || {
+    api_call_light("MXNDArrayGetShapeEx64", || {
         let dims = shape_of(handle)?;
         if out_dim.is_null() || out_pdata.is_null() {
             return Err(Error::new("out_dim or out_pdata (output pointer) is NULL"));
@@ -465,7 +465,7 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
 /// in MXNet.
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int) -> c_int {
-    api_call("MXNDArrayGetDType", || {
+    api_call_light("MXNDArrayGetDType", || {
         let a = ndarray(handle, "handle")?;
         let d = if a.is_none() { -1 } else { a.dtype().code() };
         // SAFETY: NULL (checked) or writable, per the contract.
@@ -481,7 +481,7 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
     out_dev_type: *mut c_int,
     out_dev_id: *mut c_int,
 ) -> c_int {
-    api_call("MXNDArrayGetContext", || {
+    api_call_light("MXNDArrayGetContext", || {
         let a = ndarray(handle, "handle")?;
         let (dev_type, dev_id) = if a.is_none() {
             (0, 0)
@@ -507,7 +507,7 @@ pub unsafe extern "C" fn MXNDArrayGetStorageType(
     handle: NDArrayHandle,
     out_storage_type: *mut c_int,
 ) -> c_int {
-    api_call("MXNDArrayGetStorageType", || {
+    api_call_light("MXNDArrayGetStorageType", || {
         let s = ndarray(handle, "handle")?.stype().code();
         // SAFETY: NULL (checked) or writable, per the contract.
         unsafe { write_out(out_storage_type, s, "out_storage_type") }
@@ -540,7 +540,7 @@ pub unsafe extern "C" fn MXNDArrayGetData(
 /// returns, so this only checks the handle.
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayWaitToRead", || {
+    api_call_light("MXNDArrayWaitToRead", || {
         ndarray(handle, "handle").map(drop)
     })
 }
@@ -548,7 +548,7 @@ pub extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
 /// Waits for pending reads and writes (see [`MXNDArrayWaitToRead`]).
 #[no_mangle]
 pub extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayWaitToWrite", || {
+    api_call_light("MXNDArrayWaitToWrite", || {
         ndarray(handle, "handle").map(drop)
     })
 }
@@ -588,7 +588,7 @@ pub unsafe extern "C" fn MXNDArrayGetAuxType(
     i: u32,
     out_type: *mut c_int,
 ) -> c_int {
-    api_call("MXNDArrayGetAuxType", || {
+    api_call_light("MXNDArrayGetAuxType", || {
         aux_type(handle, i as usize, out_type)
     })
 }
@@ -600,7 +600,7 @@ pub unsafe extern "C" fn MXNDArrayGetAuxType64(
     i: i64,
     out_type: *mut c_int,
 ) -> c_int {
-    api_call("MXNDArrayGetAuxType64", || {
+    api_call_light("MXNDArrayGetAuxType64", || {
         aux_type(
             handle,
             usize::try_from(i).map_err(|_| Error::new(format!("aux index {i} is negative")))?,
@@ -745,7 +745,7 @@ pub unsafe extern "C" fn MXNDArrayLoad(
 /// accepted; a stale or foreign handle is an error.
 #[no_mangle]
 pub extern "C" fn MXNDArrayFree(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayFree", || {
+    api_call_light("MXNDArrayFree", || {
         if handle.is_null() {
             return Ok(());
         }
