@@ -413,10 +413,12 @@ extern "C" int mxkv_run_beside(body_fn body, void *data) {
 // Thread cancellation while the library works: a cancellation request acted
 // on inside the library (its file I/O and sleeps are cancellation points)
 // would unwind Rust frames like a callback's pthread_exit. Every C API call
-// turns cancellation off on entry (mxkv_cancel_off returns the caller's
-// state) and puts the caller's state back on return (mxkv_cancel_set), and
-// callbacks run with the caller's state; a request made meanwhile is acted
-// on at the caller's next cancellation point.
+// whose work may reach a cancellation point turns cancellation off on entry
+// (mxkv_cancel_off returns the caller's state) and puts the caller's state
+// back on return (mxkv_cancel_set), and callbacks run with the caller's
+// state; a request made meanwhile is acted on at the caller's next
+// cancellation point. (Calls that reach none, such as the array getters and
+// MXNDArrayFree, leave the state alone: src/capi/boundary.rs, api_call_light.)
 // (src/capi/boundary.rs knows the disabled state as 1)
 static_assert(PTHREAD_CANCEL_DISABLE == 1, "PTHREAD_CANCEL_DISABLE is 1");
 
