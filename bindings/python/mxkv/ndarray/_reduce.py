@@ -34,7 +34,7 @@ import struct
 
 import numpy as np
 
-__all__ = ['kahan_sum_rows', 'reduce_shape', 'sum_values', 'sum', 'sum_axis']
+__all__ = ['kahan_sum_rows', 'kahan_sum_runs', 'reduce_shape', 'sum_values', 'sum', 'sum_axis']
 
 # below this many outputs the per-chain Python loop beats one numpy call per step
 _LANES_MIN = 32
@@ -58,12 +58,13 @@ def _f16_round(value):
 _HALF = struct.Struct('<e')
 
 
-def _chain_f16(values):
-    """one float16 Kahan chain, rounded through struct's 'e' format (round to nearest
-    even, as half_t(float)); that refuses a finite value rounding to inf and makes every
-    NaN one NaN, so such chains run again with numpy's conversion"""
+def _chain_f16(values, s=0.0, c=0.0):
+    """one float16 Kahan chain (from the state s, c), rounded through struct's 'e'
+    format (round to nearest even, as half_t(float)); that refuses a finite value
+    rounding to inf and makes every NaN one NaN, so such chains run again with numpy's
+    conversion"""
     pack, unpack = _HALF.pack, _HALF.unpack
-    s = c = 0.0
+    s0, c0 = s, c
     try:
         for x in values:
             y, = unpack(pack(x - c))
@@ -77,13 +78,12 @@ def _chain_f16(values):
                 c, = unpack(pack(c - y))
             s = t
     except OverflowError:
-        return _chain(values, _f16_round, True)
+        return _chain(values, _f16_round, True, s0, c0)
     return s
 
 
-def _chain_f64(values):
+def _chain_f64(values, s=0.0, c=0.0):
     """one Kahan chain in double (Python floats are doubles: nothing to round)"""
-    s = c = 0.0
     for x in values:
         y = x - c
         t = s + y
@@ -95,10 +95,10 @@ def _chain_f64(values):
     return s
 
 
-def _chain_f32(values):
-    """one float32 Kahan chain; the rounding inlined (this is the hot loop)"""
+def _chain_f32(values, s=0.0, c=0.0):
+    """one float32 Kahan chain (from the state s, c); the rounding inlined (this is
+    the hot loop)"""
     view = memoryview(bytearray(4)).cast('f')
-    s = c = 0.0
     for x in values:
         view[0] = x - c
         y = view[0]
@@ -116,11 +116,10 @@ def _chain_f32(values):
     return s
 
 
-def _chain(values, rnd, nearest):
-    """one Kahan chain with every result rounded by `rnd`; `nearest`: the rounding is
-    to nearest (float16), so the residual is exact where |y| <= |s| and an infinite t
-    resets it; else (bfloat16) neither"""
-    s = c = 0.0
+def _chain(values, rnd, nearest, s=0.0, c=0.0):
+    """one Kahan chain (from the state s, c) with every result rounded by `rnd`;
+    `nearest`: the rounding is to nearest (float16), so the residual is exact where
+    |y| <= |s| and an infinite t resets it; else (bfloat16) neither"""
     for x in values:
         y = rnd(x - c)
         t = rnd(s + y)
@@ -205,6 +204,20 @@ def _unrounded_sums(rows, bf16):
     return total, exact
 
 
+def _chain_of(kind):
+    """the one-chain function for a float element kind"""
+    if kind == 'float32':
+        return _chain_f32
+    if kind == 'float64':
+        return _chain_f64
+    if kind == 'float16':
+        return _chain_f16
+
+    def chain(values, s=0.0, c=0.0):
+        return _chain(values, _bf16_rounder(), False, s, c)
+    return chain
+
+
 def kahan_sum_rows(rows, kind):
     """MXNet's sum of each column of `rows` (M x N numpy values, top to bottom) for an
     NDArray of element kind `kind`: 'float16', 'float32', 'float64', 'bfloat16' (rows
@@ -213,15 +226,7 @@ def kahan_sum_rows(rows, kind):
     if kind not in ('float16', 'float32', 'float64', 'bfloat16'):
         with np.errstate(all='ignore'):
             return rows.sum(axis=0, dtype=rows.dtype)  # wraps; bool: or
-    if kind == 'float32':
-        chain = _chain_f32
-    elif kind == 'float64':
-        chain = _chain_f64
-    elif kind == 'float16':
-        chain = _chain_f16
-    else:
-        def chain(values):
-            return _chain(values, _bf16_rounder(), False)
+    chain = _chain_of(kind)
     total, exact = _unrounded_sums(rows, kind == 'bfloat16')
     with np.errstate(all='ignore'):  # (the exact columns' sums are values of the dtype)
         sums = total.astype(rows.dtype)
@@ -235,6 +240,70 @@ def kahan_sum_rows(rows, kind):
         rest = rest[np.isnan(sums[rest])]
     for j in rest:
         sums[j] = chain(rows[:, j].tolist())
+    return sums
+
+
+def _ragged_lanes(values, starts, lengths, bf16):
+    """The Kahan chains of runs of `values` (run i: `lengths[i]` values from
+    `starts[i]`) side by side, longest first: at step k the runs longer than k are
+    lanes [0, a) (a shrinking), one numpy operation per step over them, as `_lanes`.
+    Stops where fewer than _LANES_MIN runs go on; returns (order: run of each lane,
+    s, c: the lanes' states, k: the steps taken, a: the lanes not finished)."""
+    dtype, count = values.dtype, len(lengths)
+    fix = _truncate_bf16 if bf16 else (lambda arr: None)
+    order = np.argsort(-lengths, kind='stable')
+    ends, begins = -lengths[order], starts[order]
+    s, c = np.zeros(count, dtype), np.zeros(count, dtype)
+    y, t = np.empty(count, dtype), np.empty(count, dtype)
+    inf = np.empty(count, np.bool_)
+    k = 0
+    with np.errstate(all='ignore'):
+        while True:
+            a = int(np.searchsorted(ends, -k, side='left'))  # runs longer than k
+            if a < _LANES_MIN:
+                break
+            s_a, c_a, y_a, t_a = s[:a], c[:a], y[:a], t[:a]
+            fix(np.subtract(values[begins[:a] + k], c_a, out=y_a))
+            fix(np.add(s_a, y_a, out=t_a))
+            fix(np.subtract(t_a, s_a, out=c_a))
+            fix(np.subtract(c_a, y_a, out=c_a))
+            if not bf16:  # IsInf(bf16_t) is false
+                np.copyto(c_a, 0, where=np.isinf(t_a, out=inf[:a]))
+            np.copyto(s_a, t_a)
+            k += 1
+    return order, s, c, k, a
+
+
+def kahan_sum_runs(values, lengths, kind):
+    """MXNet's Kahan sums of consecutive runs of the 1-d numpy `values` (run i: the
+    next `lengths[i]` values, in order; an empty run sums to 0), each run one chain
+    from (s, r) = (0, 0) as mshadow's red::sum (sum(csr) over an axis: the stored
+    values of each row or column).  `kind` as for kahan_sum_rows.  Returns a numpy
+    array of len(lengths) sums of the values' dtype."""
+    lengths = np.asarray(lengths, np.int64)
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    if kind not in ('float16', 'float32', 'float64', 'bfloat16'):
+        # integers wrap: differences of the wrapped running sums are the wrapped sums
+        with np.errstate(all='ignore'):
+            running = np.concatenate((np.zeros(1, values.dtype),
+                                      np.cumsum(values, dtype=values.dtype)))
+            return running[starts + lengths] - running[starts]
+    chain = _chain_of(kind)
+    sums = np.zeros(len(lengths), values.dtype)
+    redo = range(len(lengths))
+    if len(lengths) >= _LANES_MIN:
+        order, s, c, k, a = _ragged_lanes(values, starts, lengths, kind == 'bfloat16')
+        for j in range(a):  # the few long runs go on one by one
+            i = order[j]
+            s[j] = chain(values[starts[i] + k:starts[i] + lengths[i]].tolist(),
+                         float(s[j]), float(c[j]))
+        sums[order] = s
+        # (NaN results again in the loop, whose operand order is the kernel's)
+        redo = np.flatnonzero(np.isnan(sums))
+    for i in redo:
+        if lengths[i]:
+            sums[i] = chain(values[starts[i]:starts[i] + lengths[i]].tolist())
     return sums
 
 

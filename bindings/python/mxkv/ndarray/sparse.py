@@ -26,8 +26,9 @@ results:
   ``rsp / dense``, ``mx.nd.add`` ...): MXNet's storage fallback, i.e. the sparse
   operand densified and a dense result.
 
-CSR arrays can be created (``zeros('csr', shape)``) and passed around, but
-nothing converts them.
+CSR arrays can be created (``zeros('csr', shape)``), loaded, saved, densified
+(``tostype('default')``, ``asnumpy``) and summed (``sum``: over axis 0 or 1 as
+MXNet's sparse kernel, any other sum as the dense one).
 """
 import ctypes
 import operator
@@ -611,6 +612,84 @@ class CSRNDArray(BaseSparseNDArray):
 
     def copyto(self, other):
         raise MXNetError('copyto of a csr array is not supported by mxkv')
+
+    def sum(self, axis=None, keepdims=False, exclude=False, out=None, name=None):
+        """MXNet 1.9.1's sum of a csr array.  Over axis 0 or 1 alone (not keepdims, not
+        exclude) its sparse kernel (broadcast_reduce_op.h: SumCsrImpl) gives a dense
+        array: each column's (axis 0) or row's (axis 1) stored values, explicit zeros
+        included, in storage order, summed with mshadow's Kahan step in the element
+        type (where a dense sum also adds the zeros it does not store, which can change
+        the compensated sum).  Any other sum is a storage fallback: the dense sum.
+        `name` is ignored."""
+        # pylint: disable=unused-argument
+        from ._reduce import reduce_shape, kahan_sum_runs, _axis_param, _bool_param
+        _, shape = reduce_shape(self.shape, axis, keepdims, exclude)
+        axes = _axis_param(axis)
+        if axes is None or len(axes) != 1 or axes[0] not in (0, 1) or \
+                _bool_param(keepdims, 'keepdims') or _bool_param(exclude, 'exclude'):
+            dense = self.tostype('default')
+            try:
+                return dense.sum(axis=axis, keepdims=keepdims, exclude=exclude, out=out)
+            finally:
+                dense.close()
+        if out is None:
+            out = _dense.empty(shape, ctx=self.context, dtype=self.dtype)
+        elif out._is_sparse or out.shape != shape or out.dtype != self.dtype:
+            raise MXNetError('sum: out is a %s array of shape %s and dtype %s, the result a '
+                             'default one of %s and %s' % (
+                                 out.stype, out.shape, np.dtype(out.dtype).name, shape,
+                                 np.dtype(self.dtype).name))
+        if self.dtype in (np.bool_, bool):
+            raise MXNetError('Unknown type enum 7')  # (MXNet's csr sum has no bool kernel)
+        kind = 'bfloat16' if self.dtype is _dense.bfloat16 else self._np_dtype.name
+        values, lengths = self._stored_runs(axes[0])
+        sums = kahan_sum_runs(values, lengths, kind)
+        return out._write(lambda o: np.copyto(o, sums))
+
+    def _stored_runs(self, axis):
+        """(values, lengths): the stored values in the order SumCsrImpl sums them, each
+        row's (axis 1) or each column's (axis 0) one after the other, and how many each
+        has.  MXNetError where MXNet reads outside its buffers, or (axis 0) where a row's
+        column indices are not ascending without duplicates and within the columns
+        (its result then depends on how many threads split the columns)."""
+        rows, cols = self.shape
+        with self.indptr as ptr_nd, self.indices as idx_nd, self.data as data_nd:
+            indptr = ptr_nd.asnumpy()
+            indices = idx_nd.asnumpy()
+            data = np.array(data_nd._values())
+        nnz = indices.size
+        if nnz != data.size:  # (MXNet: CHECK_EQ in storage_initialized)
+            raise MXNetError('inconsistent storage shape: a csr array of %d column indices '
+                             'and %d values' % (nnz, data.size))
+        if nnz == 0:  # (the storage is not initialized: MXNet reads no part)
+            return data, np.zeros(cols if axis == 0 else rows, np.int64)
+        if indptr.size < rows + 1:
+            raise MXNetError('sum of a csr array of %d rows with an indptr of %d offsets '
+                             '(MXNet reads outside it)' % (rows, indptr.size))
+        begin, end = indptr[:rows], indptr[1:rows + 1]
+        lengths = np.maximum(end - begin, 0)  # (MXNet's loop runs no step where end < begin)
+        if ((lengths > 0) & ((begin < 0) | (end > nnz))).any():
+            raise MXNetError('sum of a csr array whose indptr %s points outside its %d '
+                             'values (MXNet reads outside them)' % (indptr.tolist()[:8], nnz))
+        ascending = (end >= begin).all()
+        if axis == 1:
+            if ascending:  # the rows' values one after the other
+                return data[indptr[0]:indptr[rows]], lengths
+            at = np.repeat(begin - np.cumsum(lengths) + lengths, lengths)
+            return data[at + np.arange(at.size)], lengths
+        if not ascending:
+            raise MXNetError('sum over axis 0 of a csr array whose indptr is not '
+                             'non-decreasing: %s' % (indptr.tolist()[:8],))
+        pos = np.arange(indptr[0], indptr[rows])
+        col = indices[pos]
+        row_of = np.repeat(np.arange(rows), lengths)
+        follows = row_of[1:] == row_of[:-1]
+        if (col < 0).any() or (col >= cols).any() or (follows & (col[1:] <= col[:-1])).any():
+            raise MXNetError('sum over axis 0 of a csr array whose column indices are not '
+                             'ascending without duplicates within [0, %d) in each row (MXNet '
+                             'gives a result that depends on its thread count)' % cols)
+        order = np.argsort(col, kind='stable')  # each column's values in row order
+        return data[pos[order]], np.bincount(col, minlength=cols).astype(np.int64)
 
 
 # --- conversions used by NDArray ------------------------------------------------------
