@@ -543,15 +543,17 @@ class NDArray(object):
         return array(data, ctx=self.context, dtype=self.dtype)
 
     def tostype(self, stype):
-        """Storage conversion: 'default' (self) or 'row_sparse' (a new RowSparseNDArray
-        holding the rows with a non-zero element, as MXNet's cast_storage)."""
+        """Storage conversion: 'default' (self), 'row_sparse' (a new RowSparseNDArray
+        holding the rows with a non-zero element) or 'csr' (a new CSRNDArray of a 2-d
+        array's non-zero elements), as MXNet's cast_storage."""
         if stype == self.stype:
             return self
         if stype == 'row_sparse':
             from .sparse import _dense_tostype_rsp
             return _dense_tostype_rsp(self)
         if stype == 'csr':
-            raise MXNetError('tostype(\'csr\') is not supported by mxkv')
+            from .sparse import _dense_tostype_csr
+            return _dense_tostype_csr(self)
         raise ValueError('unknown storage type %r' % (stype,))
 
     # --- indexing ----------------------------------------------------------------------
@@ -1446,6 +1448,9 @@ def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None,
         raise MXNetError('Invalid range (start, stop, step) = (%s,%s,%s)' % (start, stop, step))
     size = int(math.ceil((hi - lo) / inc)) * repeat
     dt = np.dtype(dtype_mx_to_np(dtype_np_to_mx(dtype)))
+    if dt == np.bool_:  # (the _arange operator's dtype parameter has no bool)
+        raise MXNetError("Invalid Input: 'bool', valid values are: {'bfloat16', 'float16', "
+                         "'float32', 'float64', 'int32', 'int64', 'int8', 'uint8'}")
     if dt.kind in 'fc':
         first, incr = dt.type(lo), dt.type(inc)
     else:  # MXNet casts through a signed 64-bit index for unsigned types

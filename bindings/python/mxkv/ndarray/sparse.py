@@ -731,8 +731,15 @@ def _dense_to_rsp_into(raw, dst, rows=None):
     return dst
 
 
+def _no_bool_cast(dtype):
+    """MXNet 1.9.1's cast_storage has no bool kernel (MSHADOW_TYPE_SWITCH)"""
+    if dtype in (np.bool_, bool):
+        raise MXNetError('Unknown type enum 7')
+
+
 def _dense_tostype_rsp(arr):
     """dense NDArray -> new RowSparseNDArray on the same context (cast_storage)."""
+    _no_bool_cast(arr.dtype)
     raw = _dense_raw(arr)
     rows = _nonzero_rows(_stored_values(raw, arr.dtype))
     return _from_parts(raw[rows], rows, arr.shape, arr.context, arr.dtype)
@@ -743,12 +750,49 @@ def _dense_copyto_rsp(src, dst):
     if dst.shape != src.shape:
         raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
                          % (src.shape, dst.shape))
+    _no_bool_cast(src.dtype)
     raw = _dense_raw(src)
     # the rows the source stores as row_sparse (MXNet casts the storage first), then
     # the values converted as copyto converts them (MXNet 1.9.1 fails on a dtype change
     # there, asynchronously); a bfloat16 side was taken as raw bits
     rows = _nonzero_rows(_stored_values(raw, src.dtype))
     return _dense_to_rsp_into(_dense._convert(raw, src.dtype, dst.dtype), dst, rows)
+
+
+def _dense_tostype_csr(arr):
+    """dense NDArray -> new CSRNDArray on the same context (cast_storage): per row, the
+    elements != 0 (NaN counts, -0.0 does not) in column order; int64 indptr and indices"""
+    if arr.ndim != 2:  # (MXNet's frontend checks this: a ValueError)
+        raise ValueError('To convert to a CSR, the NDArray should be 2 Dimensional. Current '
+                         'shape is %s' % (arr.shape,))
+    _no_bool_cast(arr.dtype)
+    raw = _dense_raw(arr)
+    mask = _stored_values(raw, arr.dtype) != 0
+    _, cols = np.nonzero(mask)
+    indptr = np.zeros(arr.shape[0] + 1, np.int64)
+    np.cumsum(mask.sum(axis=1), out=indptr[1:])
+    return _csr_from_parts(raw[mask], indptr, cols, arr.shape, arr.context, arr.dtype)
+
+
+def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):
+    """a new CSRNDArray created with its aux shapes, then its parts copied in (MXNet's
+    csr_matrix way)"""
+    indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    res = CSRNDArray(_new_alloc_handle('csr', shape, ctx, False, dtype, [np.int64, np.int64],
+                                       [indptr.shape, indices.shape]))
+    np_dtype = np.dtype(np.uint16) if dtype is _dense.bfloat16 else np.dtype(dtype)
+    parts = [(-1, _dense.array(np.ascontiguousarray(data, dtype=np_dtype), ctx=ctx,
+                               dtype=dtype)),
+             (0, _dense.array(indptr, ctx=ctx, dtype=np.int64)),
+             (1, _dense.array(indices, ctx=ctx, dtype=np.int64))]
+    try:
+        for i, part in parts:
+            check_call(_LIB.MXNDArraySyncCopyFromNDArray(res.handle, part.handle, i))
+    finally:
+        for _, part in parts:
+            part.close()
+    return res
 
 
 def _from_parts(data, indices, shape, ctx, dtype):
