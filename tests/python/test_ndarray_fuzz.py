@@ -69,10 +69,17 @@ def test_constructors_of_every_dtype(both, dtype):
         _same(both, lambda mx: getattr(mx.nd, ctor)((2, 3), dtype=dtype), ctor)
     _same(both, lambda mx: mx.nd.full((2, 3), 7.9, dtype=dtype), 'full')
     _same(both, lambda mx: mx.nd.empty((2, 3), dtype=dtype).shape, 'empty')
-    # (MXNet 1.9.1's float16 arange multiplies by the step truncated to an integer:
-    # step 0.7 gives zeros, 1.5 counts by 1; mxkv does not, hence a whole step here)
-    _same(both, lambda mx: mx.nd.arange(0, 5, 2.0 if dtype == 'float16' else 1.5,
-                                        dtype=dtype), 'arange')
+    _same(both, lambda mx: mx.nd.arange(0, 5, 1.5, dtype=dtype), 'arange')
+
+
+@pytest.mark.parametrize('args', [(0, 5, 0.7), (0.5, 5, 1.5), (-1.7, 2, 1.0), (0, -3, -1.5),
+                                  (0, 5000, 2049.7), (65519.0, 65600, 30), (0, 5, 1.5, 2),
+                                  (3e9, 3e9 + 4, 1), (-3e9, -3e9 + 2, 1)])
+def test_float16_arange_takes_start_and_step_as_ints(both, args):
+    """MXNet 1.9.1's float16 arange truncates start and step to C ints (the length comes
+    from the real values): its answer, deterministic, is the one to give"""
+    kwargs = {'repeat': args[3]} if len(args) > 3 else {}
+    _same(both, lambda mx: mx.nd.arange(*args[:3], dtype='float16', **kwargs), str(args))
 
 
 @pytest.mark.parametrize('src,dst', list(itertools.product(DTYPES, DTYPES)))

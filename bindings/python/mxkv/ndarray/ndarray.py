@@ -1451,6 +1451,16 @@ def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None,
     if dt == np.bool_:  # (the _arange operator's dtype parameter has no bool)
         raise MXNetError("Invalid Input: 'bool', valid values are: {'bfloat16', 'float16', "
                          "'float32', 'float64', 'int32', 'int64', 'int8', 'uint8'}")
+    if dt == np.float16:
+        # MXNet 1.9.1's float16 kernel takes start and step as C ints (truncated toward
+        # zero; out of range: x86's INT_MIN) and rounds each int64 element to half:
+        # arange(0, 3, 0.5) is six zeros, arange(1.7, 4, 1.5) is [1, 2]
+        def c_int(value):
+            return int(value) if -2.0 ** 31 < value < 2.0 ** 31 else -2 ** 31
+        index = np.arange(size, dtype=np.int64) // repeat
+        with np.errstate(all='ignore'):
+            values = (c_int(lo) + index * c_int(inc)).astype(np.float32).astype(dt)
+        return array(values, ctx=ctx, dtype=dt)
     if dt.kind in 'fc':
         first, incr = dt.type(lo), dt.type(inc)
     else:  # MXNet casts through a signed 64-bit index for unsigned types
