@@ -478,8 +478,15 @@ impl KvStore for LocalStore {
                 .map_err(|e| crate::error::Error::new(format!("{e} (key {})", entry.name)))?;
             plan.push((entry, out, ids));
         }
-        for (entry, out, ids) in plan {
-            retain_rows(&entry.value(), &ids, out)?;
+        // Written key by key in ascending order (and a key's outputs in the
+        // order MXNet groups them), as MXNet's PullRowSparseImpl writes
+        // them: an output given for two keys ends with the larger key's rows.
+        let ids: Vec<i32> = plan.iter().map(|(entry, _, _)| entry.id).collect();
+        for (_, pos) in group(&ids) {
+            for p in pos {
+                let (entry, out, ids) = &plan[p];
+                retain_rows(&entry.value(), ids, out)?;
+            }
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 by a randomized differential fuzz, each a case where libmxkv differed."""
 import random
 
+import numpy as np
 import pytest
 
 from conftest import assert_same_bits
@@ -144,3 +145,33 @@ def test_pushpull_outputs_are_written_after_every_push(both, kind, nb, case):
     mxnet, mxkv = both
     assert_same_bits(list(pushpull_outputs_that_alias(mxnet, kind, nb, case)),
                      list(pushpull_outputs_that_alias(mxkv, kind, nb, case)))
+
+
+def row_sparse_pull_shared_outputs(mx, kind):
+    """row_sparse_pull writes key by key in ascending order, whatever the order of the
+    call (MXNet groups the (key, output, row_ids) triples by key): an output given for
+    two keys ends with the rows of the larger key."""
+    kv = mx.kv.create(kind)
+
+    def rsp(v):
+        return mx.nd.sparse.row_sparse_array(
+            (np.full((3, 2), v, dtype='float32'), np.arange(3)), shape=(3, 2))
+
+    kv.init([1, 2, 3], [rsp(1.0), rsp(2.0), rsp(3.0)])
+    o = mx.nd.sparse.zeros('row_sparse', (3, 2))
+    p = mx.nd.sparse.zeros('row_sparse', (3, 2))
+    res = []
+    kv.row_sparse_pull([2, 1], out=[o, o], row_ids=[mx.nd.array([0]), mx.nd.array([1])])
+    res += [o.indices.asnumpy(), o.data.asnumpy()]
+    kv.row_sparse_pull([3, 1, 2, 1], out=[p, o, p, o],
+                       row_ids=[mx.nd.array([2]), mx.nd.array([1]), mx.nd.array([0]),
+                                mx.nd.array([0, 2])])
+    res += [o.indices.asnumpy(), o.data.asnumpy(), p.indices.asnumpy(), p.data.asnumpy()]
+    return res
+
+
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_row_sparse_pull_writes_in_key_order(both, kind):
+    mxnet, mxkv = both
+    assert_same_bits(row_sparse_pull_shared_outputs(mxnet, kind),
+                     row_sparse_pull_shared_outputs(mxkv, kind))
