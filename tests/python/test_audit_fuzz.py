@@ -3,7 +3,7 @@ seeds through MXNet 1.9.1 and mxkv in this process; every result (pulled values,
 pushpull outputs, what an updater is given, which calls fail, and after every call the
 value of every key) must be identical bit for bit.
 
-Two generators:
+Three generators:
 
 * ``gen_dense``: every local store type, int keys (negative and large too) or str keys,
   dtypes float16/32/64, int8/32/64, uint8, values on cpu(0..3), single and multi-value
@@ -15,6 +15,9 @@ Two generators:
   row_sparse pushes of one or several values, `row_sparse_pull` with duplicate, unsorted,
   float or int64 row ids into one or several outputs, pulls with ignore_sparse=False,
   pushpull, and the optimizers' row_sparse kernels and fallbacks.
+* ``run_c_pushpull``: MXKVStorePushPull and MXKVStoreBroadcast through the C API, with
+  output keys of their own, outputs shared by several keys and outputs that are pushed
+  values.
 
 The generators stay out of what MXNet 1.9.1 does wrong by design of README's list of
 deviations (the cases where MXNet crashes, overruns its copy buffers, keeps the merge
@@ -414,3 +417,88 @@ def test_row_sparse_fuzz(both, chunk):
     for seed in range(chunk * 40, chunk * 40 + 40):
         prog = gen_rsp(random.Random(seed))
         _compare(prog, run_rsp(mxnet, prog), run_rsp(mxkv, prog), seed)
+
+
+# --- MXKVStorePushPull / MXKVStoreBroadcast through the C API -------------------------
+# (the Python frontend always pulls the keys it pushes): keys of their own for the
+# outputs, outputs of other dtypes, outputs shared by several keys, outputs that are
+# pushed values (where MXNet's stored value is not the caller's array: several values
+# of that key, or an updater).
+def run_c_pushpull(mx, seed, trials):
+    import ctypes
+    rng = random.Random(seed)
+    out = []
+
+    def ckeys(ks):
+        return (ctypes.c_int * max(len(ks), 1))(*ks)
+
+    def handles(arrs):
+        return (ctypes.c_void_p * max(len(arrs), 1))(*[a.handle.value for a in arrs])
+
+    for trial in range(trials):
+        kind = rng.choice(['local', 'device'])
+        kv = mx.kv.create(kind)
+        nk = rng.randint(1, 4)
+        shapes = {k: (rng.choice([2, 3]),) for k in range(nk)}
+        kv.init(list(range(nk)),
+                [mx.nd.array(np.arange(shapes[k][0]) + k * 10.0) for k in range(nk)])
+        has_upd = rng.random() < 0.3
+        if has_upd:
+            def upd(key, recv, local):
+                local[:] = local * 2 + recv
+            kv._set_updater(upd)
+        res = []
+        first = {}   # values of a key at its first multi-value push (MXNet's buffers)
+        for step in range(4):
+            op = rng.choice(['pushpull', 'broadcast'])
+            vk = [rng.randrange(nk) for _ in range(rng.randint(0, 3))]
+            if op == 'broadcast':
+                vk = []
+            keep = []
+            for k in vk:
+                if vk.count(k) > 1 and vk.count(k) > first.setdefault(k, vk.count(k)):
+                    continue
+                keep.append(k)
+            vk = keep
+            if op == 'broadcast':
+                shapes[100 + step] = (2,)
+                vk = [100 + step]
+            ok = [rng.choice(list(shapes)) for _ in range(rng.randint(0, 3))]
+            vals = [mx.nd.array(np.ones(shapes[k]) * rng.uniform(-3, 3),
+                                ctx=mx.cpu(rng.randint(0, 2))) for k in vk]
+            outs = [mx.nd.zeros(shapes[k], dtype=rng.choice(['float32', 'float64', 'int32']))
+                    for k in ok]
+            if outs and vals and rng.random() < 0.5:
+                i, j = rng.randrange(len(outs)), rng.randrange(len(vals))
+                if (op == 'pushpull' and shapes[ok[i]] == shapes[vk[j]]
+                        and (has_upd or vk.count(vk[j]) > 1)):
+                    outs[i] = vals[j]
+            if len(outs) > 1 and rng.random() < 0.5:
+                i, j = rng.randrange(len(outs)), rng.randrange(len(outs))
+                if shapes[ok[i]] == shapes[ok[j]] and not any(outs[j] is v for v in vals):
+                    outs[i] = outs[j]
+            fn = mx.base._LIB.MXKVStorePushPull if op == 'pushpull' \
+                else mx.base._LIB.MXKVStoreBroadcast
+            rc = fn(kv.handle, len(vk), ckeys(vk), len(ok), ckeys(ok), handles(vals),
+                    handles(outs), 0)
+            try:
+                mx.nd.waitall()
+            except Exception:  # pylint: disable=broad-except
+                rc = 'async error'
+            snap = []
+            for k in sorted(shapes):
+                o = mx.nd.zeros(shapes[k])
+                try:
+                    kv.pull(k, out=o)
+                    snap.append(o.asnumpy())
+                except Exception:  # pylint: disable=broad-except
+                    snap.append('pull-error')
+            res.append((op, vk, ok, rc, [o.asnumpy() for o in outs], snap))
+        out.append((trial, kind, res))
+    return out
+
+
+@pytest.mark.parametrize('seed', range(1, 4))
+def test_c_pushpull_broadcast_fuzz(both, seed):
+    mxnet, mxkv = both
+    _same(run_c_pushpull(mxnet, seed, 100), run_c_pushpull(mxkv, seed, 100), 'seed %d' % seed)
