@@ -138,3 +138,74 @@ def test_bool_to_row_sparse_by_copyto(both):
         mx.nd.array([[1, 0], [0, 0]], dtype='bool').copyto(out)
         return out
     _same(both, run, 'bool copyto')
+
+
+# --- csr_matrix, retain, csr copies (mxkv had no csr_matrix nor retain, and refused
+# every copy of a csr array) ---------------------------------------------------------------
+SPARSE_DTYPES = [d for d in DTYPES if d != 'bool']  # (MXNet cannot densify bool ones)
+ROWS = np.array([[0, 1.5], [0, 0], [-2, 0], [3, 4]])
+
+
+def _rsp(mx, dtype):
+    return mx.nd.sparse.row_sparse_array(([[1, 2], [3, 4]], [1, 3]), shape=(4, 2), dtype=dtype)
+
+
+@pytest.mark.parametrize('dtype', SPARSE_DTYPES)
+def test_csr_matrix(both, dtype):
+    _same(both, lambda mx: mx.nd.sparse.csr_matrix(ROWS.astype(dtype)), 'of numpy')
+    _same(both, lambda mx: mx.nd.sparse.csr_matrix(mx.nd.array(ROWS), dtype=dtype), 'of nd')
+    _same(both, lambda mx: mx.nd.sparse.csr_matrix(
+        ([1, 2, 3], [1, 0, 1], [0, 1, 1, 2, 3]), shape=(4, 2), dtype=dtype), 'of parts')
+    _same(both, lambda mx: mx.nd.sparse.csr_matrix(
+        ([1, 2, 3], [1, 0, 1], [0, 1, 1, 2, 3]), dtype=dtype), 'of parts, shape inferred')
+    _same(both, lambda mx: mx.nd.sparse.csr_matrix((3, 5), dtype=dtype), 'of a shape')
+    _same(both, lambda mx: mx.nd.sparse.csr_matrix(
+        mx.nd.sparse.csr_matrix(ROWS), dtype=dtype), 'of a csr')
+
+
+@pytest.mark.parametrize('name,call', [
+    ('rsp', lambda mx: mx.nd.sparse.csr_matrix(_rsp(mx, 'float32'))),
+    ('3-d', lambda mx: mx.nd.sparse.csr_matrix(np.ones((2, 2, 2)))),
+    ('4 parts', lambda mx: mx.nd.sparse.csr_matrix(([1], [0], [0, 1], [0]))),
+    ('shape mismatch', lambda mx: mx.nd.sparse.csr_matrix(ROWS, shape=(2, 4))),
+    ('2-d data', lambda mx: mx.nd.sparse.csr_matrix(([[1]], [0], [0, 1]), shape=(1, 1))),
+    ('no indices, no shape', lambda mx: mx.nd.sparse.csr_matrix(([], [], [0]))),
+])
+def test_csr_matrix_refusals(both, name, call):
+    _same(both, call, name)
+
+
+@pytest.mark.parametrize('dtype', SPARSE_DTYPES)
+@pytest.mark.parametrize('rows', [[1, 3], [0], [], [3, 1], [2], [0, 3, 3]])
+def test_retain(both, dtype, rows):
+    _same(both, lambda mx: mx.nd.sparse.retain(_rsp(mx, dtype), mx.nd.array(rows, dtype='int64')),
+          'retain %s' % rows)
+
+
+def test_retain_float_indices_and_dense_data(both):
+    _same(both, lambda mx: mx.nd.sparse.retain(_rsp(mx, 'float32'), mx.nd.array([1.7, 3])),
+          'float indices')
+    _same(both, lambda mx: mx.nd.sparse.retain(mx.nd.ones((4, 2)), mx.nd.array([1])), 'dense')
+
+
+@pytest.mark.parametrize('dtype', SPARSE_DTYPES)
+def test_csr_copies(both, dtype):
+    def csr(mx):
+        return mx.nd.array(ROWS).tostype('csr')
+    _same(both, lambda mx: csr(mx).astype(dtype), 'astype')
+    _same(both, lambda mx: csr(mx).copy(), 'copy')
+    _same(both, lambda mx: csr(mx).copyto(mx.cpu(1)), 'copyto a context')
+
+    def into_csr(mx):
+        out = mx.nd.sparse.zeros('csr', (4, 2), dtype=dtype)
+        csr(mx).copyto(out)
+        return out
+    _same(both, into_csr, 'copyto csr')
+
+    def into_dense(mx):
+        out = mx.nd.zeros((4, 2))
+        csr(mx).copyto(out)
+        return out
+    _same(both, into_dense, 'copyto dense')
+    _same(both, lambda mx: csr(mx).copyto(mx.nd.zeros((2, 4))), 'copyto another shape')
+    _same(both, lambda mx: csr(mx).tostype('row_sparse'), 'tostype row_sparse')

@@ -43,8 +43,8 @@ from .ndarray import (NDArray, dtype_np_to_mx, dtype_mx_to_np, _STORAGE_TYPE_STR
                       _shape_tuple, _check_dims, _need_64bit)
 from . import ndarray as _dense
 
-__all__ = ['BaseSparseNDArray', 'RowSparseNDArray', 'CSRNDArray', 'row_sparse_array', 'zeros',
-           'empty', 'array', 'add', 'subtract', 'multiply', 'divide']
+__all__ = ['BaseSparseNDArray', 'RowSparseNDArray', 'CSRNDArray', 'row_sparse_array', 'csr_matrix',
+           'retain', 'zeros', 'empty', 'array', 'add', 'subtract', 'multiply', 'divide']
 
 _STORAGE_AUX_TYPES = {
     'row_sparse': [np.int64],
@@ -581,6 +581,8 @@ class CSRNDArray(BaseSparseNDArray):
         """'csr' (self) or 'default' (a dense copy, as MXNet's cast_storage)"""
         if stype == 'csr':
             return self
+        if stype == 'row_sparse':  # (MXNet's frontend)
+            raise ValueError('cast_storage from csr to row_sparse is not supported')
         if stype == 'default':
             res = _dense.empty(self.shape, ctx=self.context, dtype=self.dtype)
             res._sync_copyfrom(self._dense_numpy())
@@ -610,8 +612,46 @@ class CSRNDArray(BaseSparseNDArray):
         out[row_ids, indices[:nnz]] = data[:nnz]
         return out
 
+    def _raw_parts(self):
+        """(data, indptr, indices) as numpy arrays, data as stored (bfloat16: bits)"""
+        with self.data as data, self.indptr as indptr, self.indices as indices:
+            return (data.asnumpy().view(data._np_dtype), indptr.asnumpy(),
+                    indices.asnumpy())
+
     def copyto(self, other):
-        raise MXNetError('copyto of a csr array is not supported by mxkv')
+        """Copy into `other` (a csr or dense NDArray of the same shape; dtype converted)
+        or onto a Context (a new CSRNDArray)."""
+        if isinstance(other, Context):
+            data, indptr, indices = self._raw_parts()
+            return _csr_from_parts(data, indptr, indices, self.shape, other, self.dtype)
+        if isinstance(other, NDArray):
+            if other.handle is not None and self.handle is not None \
+                    and other.handle.value == self.handle.value:
+                warnings.warn('You are attempting to copy an array to itself', RuntimeWarning)
+                return False
+            if other.shape != self.shape:
+                raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
+                                 % (self.shape, other.shape))
+            if other.stype == 'csr':
+                data, indptr, indices = self._raw_parts()
+                data = _dense._convert(data, self.dtype, other.dtype)
+                if _HAS_OPERATORS:  # (real libmxnet.so: parts of other sizes, see rsp)
+                    tmp = _csr_from_parts(data, indptr, indices, other.shape, other.context,
+                                          other.dtype)
+                    try:
+                        _operator_copyto(tmp, other)
+                    finally:
+                        tmp.close()
+                    return other
+                _fill_csr(other, data, indptr, indices)
+                return other
+            if other.stype == 'default':
+                other._sync_copyfrom(_dense._convert(self._dense_numpy(), self.dtype,
+                                                     other.dtype))
+                return other
+            raise TypeError('copyto does not support destination NDArray stype ' +
+                            str(other.stype))
+        raise TypeError('copyto does not support type ' + str(type(other)))
 
     def sum(self, axis=None, keepdims=False, exclude=False, out=None, name=None):
         """MXNet 1.9.1's sum of a csr array.  Over axis 0 or 1 alone (not keepdims, not
@@ -776,16 +816,24 @@ def _dense_tostype_csr(arr):
 
 def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):
     """a new CSRNDArray created with its aux shapes, then its parts copied in (MXNet's
-    csr_matrix way)"""
+    csr_matrix way); `data` as stored (bfloat16: the bits)"""
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
     indices = np.ascontiguousarray(indices, dtype=np.int64)
     res = CSRNDArray(_new_alloc_handle('csr', shape, ctx, False, dtype, [np.int64, np.int64],
                                        [indptr.shape, indices.shape]))
+    return _fill_csr(res, data, indptr, indices)
+
+
+def _fill_csr(res, data, indptr, indices):
+    """MXNDArraySyncCopyFromNDArray of a csr array's parts (data, indptr, indices)"""
+    ctx, dtype = res.context, res.dtype
     np_dtype = np.dtype(np.uint16) if dtype is _dense.bfloat16 else np.dtype(dtype)
     parts = [(-1, _dense.array(np.ascontiguousarray(data, dtype=np_dtype), ctx=ctx,
                                dtype=dtype)),
-             (0, _dense.array(indptr, ctx=ctx, dtype=np.int64)),
-             (1, _dense.array(indices, ctx=ctx, dtype=np.int64))]
+             (0, _dense.array(np.ascontiguousarray(indptr, dtype=np.int64), ctx=ctx,
+                              dtype=np.int64)),
+             (1, _dense.array(np.ascontiguousarray(indices, dtype=np.int64), ctx=ctx,
+                              dtype=np.int64))]
     try:
         for i, part in parts:
             check_call(_LIB.MXNDArraySyncCopyFromNDArray(res.handle, part.handle, i))
@@ -793,6 +841,89 @@ def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):
         for _, part in parts:
             part.close()
     return res
+
+
+def csr_matrix(arg1, shape=None, ctx=None, dtype=None):
+    """A CSRNDArray from a dense 2-d array-like or NDArray (its non-zero elements), another
+    CSRNDArray (a copy), ``(M, N)`` (no stored element) or ``(data, indices, indptr)``, as
+    ``mxnet.nd.sparse.csr_matrix`` (the parts are copied in unchecked, as there;
+    ``check_format()`` finds bad ones).  ``(data, (row, col))`` (scipy's coo) is not
+    supported."""
+    if isinstance(arg1, tuple):
+        if len(arg1) == 2:
+            if isinstance(arg1[1], tuple) and len(arg1[1]) == 2:
+                raise MXNetError('csr_matrix((data, (row, col))) needs scipy, which mxkv '
+                                 'does not use; give (data, indices, indptr)')
+            _check_shape(arg1, shape)
+            return empty('csr', arg1, ctx=ctx, dtype=dtype)
+        if len(arg1) == 3:
+            return _csr_matrix_from_definition(arg1[0], arg1[1], arg1[2], shape, ctx, dtype)
+        raise ValueError('Unexpected length of input tuple: ' + str(len(arg1)))
+    if isinstance(arg1, CSRNDArray):
+        _check_shape(arg1.shape, shape)
+        res = arg1.copyto(current_context() if ctx is None else ctx)
+        if dtype is None or np.dtype(dtype_mx_to_np(dtype_np_to_mx(dtype))) == \
+                np.dtype(dtype_mx_to_np(dtype_np_to_mx(res.dtype))):
+            return res
+        try:
+            return res.astype(dtype)
+        finally:
+            res.close()
+    if isinstance(arg1, RowSparseNDArray):
+        raise ValueError('Unexpected input type: RowSparseNDArray')
+    dtype = _prepare_default_dtype(arg1, dtype)
+    dns = _dense.array(arg1, dtype=dtype)
+    if ctx is not None and dns.context != ctx:
+        dns = dns.as_in_context(ctx)
+    _check_shape(dns.shape, shape)
+    return dns.tostype('csr')
+
+
+def _csr_matrix_from_definition(data, indices, indptr, shape=None, ctx=None, dtype=None):
+    """CSRNDArray from its parts, as MXNet's (no sorting, no checks on the values)"""
+    ctx = current_context() if ctx is None else ctx
+    dtype = _prepare_default_dtype(data, dtype)
+    data = _prepare_src_array(data, dtype)
+    indptr = _prepare_src_array(indptr, np.int64)
+    indices = _prepare_src_array(indices, np.int64)
+    if not isinstance(data, NDArray):
+        data = _dense.array(data, ctx, dtype)
+    if not isinstance(indptr, NDArray):
+        indptr = _dense.array(indptr, ctx, np.int64)
+    if not isinstance(indices, NDArray):
+        indices = _dense.array(indices, ctx, np.int64)
+    if shape is None:
+        if indices.shape[0] == 0:
+            raise ValueError('invalid shape')
+        shape = (len(indptr) - 1, int(indices.asnumpy().max()) + 1)
+    shape = _shape_tuple(shape)
+    if data.ndim != 1 or indptr.ndim != 1 or indices.ndim != 1 or indptr.shape[0] == 0 or \
+            len(shape) != 2:
+        raise ValueError('invalid shape')
+    result = CSRNDArray(_new_alloc_handle('csr', shape, ctx, False, dtype,
+                                          [np.int64, np.int64], [indptr.shape, indices.shape]))
+    for i, part in ((-1, data), (0, indptr), (1, indices)):
+        check_call(_LIB.MXNDArraySyncCopyFromNDArray(result.handle, part.handle, i))
+    return result
+
+
+def retain(data, indices):
+    """MXNet's ``sparse.retain``: a row_sparse array of `data`'s shape holding, for each
+    of `indices` in the order given (duplicates kept, values cast to int64), that row of
+    `data` (zeros where `data` stores no such row)."""
+    if not isinstance(data, RowSparseNDArray):
+        raise MXNetError('retain: data must be a row_sparse array, not %s'
+                         % getattr(data, 'stype', type(data).__name__))
+    want = indices.asnumpy() if isinstance(indices, NDArray) else np.asarray(indices)
+    with np.errstate(all='ignore'):
+        want = np.ascontiguousarray(want.reshape(-1).astype(np.int64))
+    rows, have = data._parts()
+    at = np.searchsorted(have, want)
+    found = at < have.size
+    found[found] = have[at[found]] == want[found]
+    out = np.zeros((want.size,) + tuple(data.shape[1:]), rows.dtype)
+    out[found] = rows[at[found]]
+    return _from_parts(out, want, data.shape, data.context, data.dtype)
 
 
 def _from_parts(data, indices, shape, ctx, dtype):
