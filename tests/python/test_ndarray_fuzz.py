@@ -32,7 +32,8 @@ def _result(res, mx):
 
 def _outcome(mx, fn):
     try:
-        return _result(fn(mx), mx)
+        res = fn(mx)
+        return res if isinstance(res, list) else _result(res, mx)
     except Exception as exc:  # pylint: disable=broad-except
         names = [c.__name__ for c in type(exc).__mro__]
         return 'MXNetError' if 'MXNetError' in names else type(exc).__name__
@@ -209,3 +210,29 @@ def test_csr_copies(both, dtype):
     _same(both, into_dense, 'copyto dense')
     _same(both, lambda mx: csr(mx).copyto(mx.nd.zeros((2, 4))), 'copyto another shape')
     _same(both, lambda mx: csr(mx).tostype('row_sparse'), 'tostype row_sparse')
+
+
+CSR_KEYS = [slice(1, 3), 1, 0, -1, -2, 3, 5, -5, slice(None), slice(-2, None), slice(1, 10),
+            slice(3, 1), slice(2, 2), slice(0, 0), slice(None, 0), slice(0, -1),
+            slice(1, 3, 1), slice(0, 4, 2), (1,), np.int64(1), [0, 1]]
+
+
+@pytest.mark.parametrize('key', range(len(CSR_KEYS)))
+def test_csr_rows(both, key):
+    """(MXNet cannot densify a csr array of no rows: the parts are compared)"""
+    k = CSR_KEYS[key]
+
+    def rows(mx):
+        res = mx.nd.array(ROWS).tostype('csr')[k]
+        return [type(res).__name__, res.shape, res.data, res.indptr, res.indices]
+    _same(both, lambda mx: [_result(x, mx) for x in rows(mx)], 'csr[%r]' % (k,))
+
+
+def test_csr_rows_from_before_the_first(both):
+    """MXNet gives the rows of csr[-10:2] (shape (2, 2)) no stored value: refused"""
+    mxnet, mxkv = both
+    got = mxnet.nd.array(ROWS).tostype('csr')[-10:2]
+    assert got.shape == (2, 2) and not got.asnumpy().any() and ROWS[:2].any()
+    with pytest.raises(mxkv.base.MXNetError, match='wrong values'):
+        mxkv.nd.array(ROWS).tostype('csr')[-10:2]
+    assert mxkv.nd.array(ROWS).tostype('csr')[-10:-7].shape == (0, 2)

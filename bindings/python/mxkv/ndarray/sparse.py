@@ -26,9 +26,11 @@ results:
   ``rsp / dense``, ``mx.nd.add`` ...): MXNet's storage fallback, i.e. the sparse
   operand densified and a dense result.
 
-CSR arrays can be created (``zeros('csr', shape)``), loaded, saved, densified
-(``tostype('default')``, ``asnumpy``) and summed (``sum``: over axis 0 or 1 as
-MXNet's sparse kernel, any other sum as the dense one).
+CSR arrays can be created (``zeros('csr', shape)``, ``csr_matrix``, a dense
+array's ``tostype('csr')``), copied (``copy``, ``astype``, ``copyto``), sliced by
+rows, loaded, saved, densified (``tostype('default')``, ``asnumpy``) and summed
+(``sum``: over axis 0 or 1 as MXNet's sparse kernel, any other sum as the dense
+one).
 """
 import ctypes
 import operator
@@ -611,6 +613,40 @@ class CSRNDArray(BaseSparseNDArray):
         row_ids = np.repeat(np.arange(rows), np.diff(indptr))
         out[row_ids, indices[:nnz]] = data[:nnz]
         return out
+
+    def __getitem__(self, key):
+        """Rows as MXNet's CSRNDArray.__getitem__ (its slice operator on axis 0): an int
+        (-1: the last row) or a slice without a step, as a new CSRNDArray (Python's
+        slice bounds; a stop of 0 means the end, as there); ``[:]`` is the array itself."""
+        rows = self.shape[0]
+        if isinstance(key, int):
+            begin = rows - 1 if key == -1 else key
+            bounds = slice(begin, begin + 1)
+        elif isinstance(key, slice):
+            if key.step is not None:
+                raise ValueError('CSRNDArray only supports continuous slicing on axis 0')
+            if key.start is None and key.stop is None:
+                return self
+            bounds = slice(key.start if key.start else 0, key.stop if key.stop else rows)
+        elif isinstance(key, tuple):
+            raise ValueError('Multi-dimension indexing is not supported')
+        else:
+            raise ValueError('Undefined behaviour for {}'.format(key))
+        picked = range(rows)[bounds]
+        if bounds.start < -rows and len(picked):
+            # MXNet gives these rows with no stored value (its kernel starts at the
+            # begin it did not clip)
+            raise MXNetError('slice of a csr array of %d rows from %d: MXNet returns wrong '
+                             'values there' % (rows, bounds.start))
+        data, indptr, indices = self._raw_parts()
+        if indptr.size != rows + 1:
+            raise MXNetError('slice of a csr array of %d rows with an indptr of %d offsets'
+                             % (rows, indptr.size))
+        first, last = (picked.start, picked.stop) if len(picked) else (0, 0)
+        ptr = indptr[first:last + 1] - indptr[first]
+        lo, hi = indptr[first], indptr[last]
+        return _csr_from_parts(data[lo:hi], ptr, indices[lo:hi], (len(picked), self.shape[1]),
+                               self.context, self.dtype)
 
     def _raw_parts(self):
         """(data, indptr, indices) as numpy arrays, data as stored (bfloat16: bits)"""
