@@ -3,7 +3,7 @@ seeds through MXNet 1.9.1 and mxkv in this process; every result (pulled values,
 pushpull outputs, what an updater is given, which calls fail, and after every call the
 value of every key) must be identical bit for bit.
 
-Three generators:
+Four generators:
 
 * ``gen_dense``: every local store type, int keys (negative and large too) or str keys,
   dtypes float16/32/64, int8/32/64, uint8, values on cpu(0..3), single and multi-value
@@ -18,8 +18,10 @@ Three generators:
 * ``run_c_pushpull``: MXKVStorePushPull and MXKVStoreBroadcast through the C API, with
   output keys of their own, outputs shared by several keys and outputs that are pushed
   values.
+* ``run_c_row_sparse_pull``: MXKVStorePullRowSparse with outputs shared by keys and
+  repeated for a key, up to 30 triples a call.
 
-The generators stay out of what MXNet 1.9.1 does wrong by design of README's list of
+The generators stay out of what MXNet 1.9.1 does wrong as README's list of
 deviations (the cases where MXNet crashes, overruns its copy buffers, keeps the merge
 buffer or the caller's array as the stored value, or swallows an updater's exception);
 the seeds were run beforehand in separate processes, so none of them crashes MXNet.
@@ -502,3 +504,38 @@ def run_c_pushpull(mx, seed, trials):
 def test_c_pushpull_broadcast_fuzz(both, seed):
     mxnet, mxkv = both
     _same(run_c_pushpull(mxnet, seed, 100), run_c_pushpull(mxkv, seed, 100), 'seed %d' % seed)
+
+
+# --- MXKVStorePullRowSparse with many (key, output, row ids) triples ---------------------
+# outputs shared by keys and repeated for one key, more than 16 triples (libstdc++'s
+# std::sort then permutes a key's triples), empty row ids.
+def run_c_row_sparse_pull(mx, seed, trials):
+    import ctypes
+    rng = random.Random(seed)
+    res = []
+    rows_n = 6
+    for trial in range(trials):
+        kind = rng.choice(['local', 'device'])
+        kv = mx.kv.create(kind)
+        nk = rng.randint(1, 3)
+        kv.init(list(range(nk)), [mx.nd.sparse.row_sparse_array(
+            (np.arange(rows_n * 2).reshape(rows_n, 2).astype('float32') + 100 * k,
+             np.arange(rows_n)), shape=(rows_n, 2)) for k in range(nk)])
+        pool = [mx.nd.sparse.zeros('row_sparse', (rows_n, 2)) for _ in range(rng.randint(1, 4))]
+        n = rng.choice([1, 2, 5, 17, 20, 30])
+        keys = [rng.randrange(nk) for _ in range(n)]
+        outs = [rng.choice(pool) for _ in range(n)]
+        rows = [mx.nd.array(sorted(rng.sample(range(rows_n), rng.randint(0, rows_n))),
+                            dtype='int64') for _ in range(n)]
+        rc = mx.base._LIB.MXKVStorePullRowSparse(
+            kv.handle, n, (ctypes.c_int * n)(*keys),
+            (ctypes.c_void_p * n)(*[o.handle.value for o in outs]),
+            (ctypes.c_void_p * n)(*[r.handle.value for r in rows]), 0)
+        mx.nd.waitall()
+        res.append((trial, kind, n, rc, [(p.indices.asnumpy(), p.data.asnumpy()) for p in pool]))
+    return res
+
+
+def test_c_row_sparse_pull_fuzz(both):
+    mxnet, mxkv = both
+    _same(run_c_row_sparse_pull(mxnet, 1, 200), run_c_row_sparse_pull(mxkv, 1, 200), 'seed 1')
