@@ -7,6 +7,8 @@ Prints one ``RESULT <name> <values>`` line per case, for a job of 1 worker and 1
 ``rsp``     row_sparse_pull of keys [2, 1] into one output: MXNet writes the keys in
             ascending order, so the output ends with key 2's rows.
 ``shared``  pushpull of keys [5, 6] with outputs [[X, Y], X]: Y is key 5's alone.
+``pull``    pull of keys [7, 5, 6] into [[X, Y], X, [Y, X]]: X and Y end with key 7's value,
+            the largest key's.
 """
 import os
 
@@ -36,6 +38,10 @@ def main():
     x, y = mx.nd.zeros((3,)), mx.nd.zeros((3,), dtype='float64')
     kv.pushpull([5, 6], [mx.nd.ones((3,)), mx.nd.ones((3,)) * 20], out=[[x, y], x])
     print('RESULT shared', x.asnumpy().tolist(), y.asnumpy().tolist(), flush=True)
+    kv.init(7, mx.nd.ones((3,)) * 7)
+    y = mx.nd.zeros((3,), dtype='int32')
+    kv.pull([7, 5, 6], out=[[x, y], x, [y, x]])
+    print('RESULT pull', x.asnumpy().tolist(), y.asnumpy().tolist(), flush=True)
 
 
 main()
