@@ -175,3 +175,21 @@ def test_row_sparse_pull_writes_in_key_order(both, kind):
     mxnet, mxkv = both
     assert_same_bits(row_sparse_pull_shared_outputs(mxnet, kind),
                      row_sparse_pull_shared_outputs(mxkv, kind))
+
+
+def pull_dense_key_into_csr(mx, kind):
+    """pull(..., ignore_sparse=False) of a dense key into a csr output: MXNet casts the
+    value (cast_storage dense -> csr)."""
+    kv = mx.kv.create(kind)
+    kv.init(0, mx.nd.array([[0, 1.5, 0], [0, 0, 0], [2, 0, -3]]))
+    out = mx.nd.sparse.zeros('csr', (3, 3))
+    kv.pull(0, out=out, ignore_sparse=False)
+    return [out.data.asnumpy(), out.indices.asnumpy(), out.indptr.asnumpy()]
+
+
+@pytest.mark.xfail(strict=True, reason='libmxkv has no dense -> csr copy (src/ndarray/sparse.rs '
+                                       'copy_any); the store refuses csr outputs')
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_pull_dense_key_into_csr_output(both, kind):
+    mxnet, mxkv = both
+    assert_same_bits(pull_dense_key_into_csr(mxnet, kind), pull_dense_key_into_csr(mxkv, kind))
