@@ -236,3 +236,36 @@ def test_csr_rows_from_before_the_first(both):
     with pytest.raises(mxkv.base.MXNetError, match='wrong values'):
         mxkv.nd.array(ROWS).tostype('csr')[-10:2]
     assert mxkv.nd.array(ROWS).tostype('csr')[-10:-7].shape == (0, 2)
+
+
+# --- integer divisions MXNet dies of (SIGFPE): mxkv raises (it gave 0, or INT_MIN) -------
+SIGFPE_CASES = {
+    'int32 / 0': "mx.nd.array([1, 2], dtype='int32') / 0",
+    'int64 /= 0.5': "a = mx.nd.array([1, 2], dtype='int64'); a /= 0.5",
+    'uint8 / 1e10': "mx.nd.array([1, 250], dtype='uint8') / 1e10",
+    'int8 / nan': "mx.nd.array([1, 2], dtype='int8') / float('nan')",
+    'int32 / int32 with a zero': "mx.nd.array([4, 2], dtype='int32') / "
+                                 "mx.nd.array([2, 0], dtype='int32')",
+    'INT_MIN / -1 int32': "mx.nd.array([-2**31, 4], dtype='int32') / -1",
+    'INT64_MIN / -1': "mx.nd.array(np.array([-2**63], np.int64), dtype='int64') / "
+                      "mx.nd.array(np.array([-1], np.int64), dtype='int64')",
+}
+
+
+@pytest.mark.parametrize('name', sorted(SIGFPE_CASES))
+def test_integer_divisions_mxnet_dies_of_raise(mxkv, name):
+    import signal
+    import subprocess
+    import sys
+    code = 'import numpy as np, mxnet as mx\n%s\nmx.nd.waitall()\n' % SIGFPE_CASES[name]
+    died = subprocess.run([sys.executable, '-c', code], capture_output=True, timeout=120)
+    assert died.returncode == -signal.SIGFPE, (died.returncode, died.stderr[-500:])
+    with pytest.raises(mxkv.base.MXNetError, match='SIGFPE'):
+        exec(SIGFPE_CASES[name], {'mx': mxkv, 'np': np})  # pylint: disable=exec-used
+
+
+def test_integer_divisions_that_do_not_trap(both):
+    """8-bit values are divided as int (no overflow), numbers / arrays in float32"""
+    _same(both, lambda mx: mx.nd.array([-128, 7], dtype='int8') / -1, 'INT8_MIN / -1')
+    _same(both, lambda mx: 5 / mx.nd.array([0, 2], dtype='int32'), '5 / int32 with a zero')
+    _same(both, lambda mx: mx.nd.array([7, -7], dtype='int32') / 1.5, 'int32 / 1.5 (as 1)')

@@ -1281,9 +1281,17 @@ def _clip_kernel(lo, hi):
 
 
 def _c_int_divide(a, b, out=None, casting='unsafe'):
-    """Integer division truncating toward zero (C's a / b, exact for 64-bit values), x/0
-    -> 0 (MXNet dies of SIGFPE there)."""
+    """Integer division truncating toward zero (C's a / b, exact for 64-bit values).
+    MXNetError where MXNet 1.9.1 dies of SIGFPE: a division by zero (a number divisor is
+    DType(number) first: 0.5, NaN or 1e10 make 0 in an 8-bit type), and INT_MIN / -1 in
+    int32 and int64 (8- and 16-bit values are divided as int: no overflow)."""
     a, b = np.asarray(a), np.asarray(b)
+    if (b == 0).any():
+        raise MXNetError('integer division by zero (MXNet 1.9.1 dies of SIGFPE there)')
+    if a.dtype in (np.int32, np.int64) and \
+            ((a == np.iinfo(a.dtype).min) & (b == -1)).any():
+        raise MXNetError('integer division overflow: %d / -1 in %s (MXNet 1.9.1 dies of '
+                         'SIGFPE there)' % (np.iinfo(a.dtype).min, a.dtype.name))
     with np.errstate(all='ignore'):
         den = np.where(b == 0, 1, b).astype(b.dtype)
         quot = np.floor_divide(a, den)
