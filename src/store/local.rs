@@ -108,18 +108,29 @@ impl RspSnapshot {
 /// The keys of a PushPull whose outputs must wait for the pull that follows
 /// every push of the call, instead of being written in a key's push pass:
 /// the call's semantics are MXNet's, all pushes, then all pulls (in
-/// ascending key order). An output that is also a pushed value would be
-/// overwritten before a later key's push reads it, and an output of two
-/// keys would end with the value of whichever key wrote it last, not that
-/// of the larger key. (Outputs of one key among themselves and its own
-/// values are handled by the fused kernels.)
-fn outputs_not_to_fuse(vals: &[NDArray], pulls: &[(Arc<Entry>, &NDArray)]) -> HashSet<i32> {
+/// ascending key order). An output that is a value pushed for another key
+/// would be overwritten before that key's push reads it, and an output of
+/// two keys would end with the value of whichever key wrote it last, not
+/// that of the larger key. (A key's outputs that are its own values are
+/// left to the fused kernels, which read every value before they write.)
+/// `entries[i]` is the key of `vals[i]`.
+fn outputs_not_to_fuse(
+    entries: &[Arc<Entry>],
+    vals: &[NDArray],
+    pulls: &[(Arc<Entry>, &NDArray)],
+) -> HashSet<i32> {
     let mut blocked = HashSet::new();
     if pulls.is_empty() {
         return blocked;
     }
-    let pushed: HashSet<usize> = vals.iter().map(NDArray::addr).collect();
-    // the key of each output array, or None once two keys write it
+    // the key of each array: Some(id) while it is used for one key only
+    let mut pushed: HashMap<usize, Option<i32>> = HashMap::with_capacity(vals.len());
+    for (e, v) in entries.iter().zip(vals) {
+        let slot = pushed.entry(v.addr()).or_insert(Some(e.id));
+        if *slot != Some(e.id) {
+            *slot = None;
+        }
+    }
     let mut owner: HashMap<usize, Option<i32>> = HashMap::with_capacity(pulls.len());
     for (e, o) in pulls {
         let slot = owner.entry(o.addr()).or_insert(Some(e.id));
@@ -128,7 +139,8 @@ fn outputs_not_to_fuse(vals: &[NDArray], pulls: &[(Arc<Entry>, &NDArray)]) -> Ha
         }
     }
     for (e, o) in pulls {
-        if pushed.contains(&o.addr()) || owner[&o.addr()].is_none() {
+        let other_key_reads = matches!(pushed.get(&o.addr()), Some(k) if *k != Some(e.id));
+        if other_key_reads || owner[&o.addr()].is_none() {
             blocked.insert(e.id);
         }
     }
@@ -321,7 +333,7 @@ impl LocalStore {
         for (e, o) in pulls.iter() {
             outs.entry(e.id).or_default().push(*o);
         }
-        for id in outputs_not_to_fuse(vals, pulls) {
+        for id in outputs_not_to_fuse(&entries, vals, pulls) {
             outs.remove(&id);
         }
         let outs_of = |id: i32| outs.get(&id).map_or(&[][..], |v| &v[..]);
