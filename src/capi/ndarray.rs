@@ -156,15 +156,7 @@ fn create_sparse(
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
-    let stype = match storage_type {
-        1 => StorageType::RowSparse,
-        2 => StorageType::Csr,
-        s => {
-            return Err(Error::new(format!(
-                "storage type {s} is not sparse (row_sparse 1, csr 2)"
-            )))
-        }
-    };
+    let stype = StorageType::sparse_from_code(storage_type)?;
     let aux_types = aux_types
         .into_iter()
         .map(DType::from_code)
@@ -302,15 +294,9 @@ pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(
 ) -> c_int {
     api_call("MXNDArraySyncCopyFromCPU", || {
         let a = ndarray(handle, "handle")?;
-        a.ensure_dense("copy into")?;
-        if size != a.size() {
-            return Err(Error::new(format!(
-                "Check failed: dshape.Size() == size ({} vs. {size}) : Memory size do not match",
-                a.size()
-            )));
-        }
+        let n = a.bytes_for_copy("copy into", size)?;
         // SAFETY: `data` holds `size` elements of the array's dtype, per the contract.
-        let bytes = unsafe { slice(data.cast::<u8>(), size * a.dtype().size(), "data")? };
+        let bytes = unsafe { slice(data.cast::<u8>(), n, "data")? };
         a.copy_from_bytes(bytes)
     })
 }
@@ -324,14 +310,7 @@ pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(
 ) -> c_int {
     api_call("MXNDArraySyncCopyToCPU", || {
         let a = ndarray(handle, "handle")?;
-        a.ensure_dense("copy from")?;
-        if size != a.size() {
-            return Err(Error::new(format!(
-                "Check failed: dshape.Size() == size ({} vs. {size}) : Memory size do not match",
-                a.size()
-            )));
-        }
-        let n = size * a.dtype().size();
+        let n = a.bytes_for_copy("copy from", size)?;
         if n == 0 {
             return Ok(());
         }
@@ -357,15 +336,7 @@ pub extern "C" fn MXNDArraySyncCopyFromNDArray(
     api_call("MXNDArraySyncCopyFromNDArray", || {
         let dst = ndarray(handle_dst, "handle_dst")?;
         let src = ndarray(handle_src, "handle_src")?;
-        if dst.is_sparse() {
-            return dst.set_part(i, &src);
-        }
-        if i != -1 {
-            return Err(Error::new(format!(
-                "aux index {i} given for a dense array (only -1, the data, applies)"
-            )));
-        }
-        dst.sync_copy_from(&src)
+        dst.sync_copy_from_part(i, &src)
     })
 }
 
@@ -466,8 +437,7 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
 #[no_mangle]
 pub unsafe extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int) -> c_int {
     api_call_light("MXNDArrayGetDType", || {
-        let a = ndarray(handle, "handle")?;
-        let d = if a.is_none() { -1 } else { a.dtype().code() };
+        let d = ndarray(handle, "handle")?.dtype_code();
         // SAFETY: NULL (checked) or writable, per the contract.
         unsafe { write_out(out_dtype, d, "out_dtype") }
     })
@@ -482,12 +452,7 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
     out_dev_id: *mut c_int,
 ) -> c_int {
     api_call_light("MXNDArrayGetContext", || {
-        let a = ndarray(handle, "handle")?;
-        let (dev_type, dev_id) = if a.is_none() {
-            (0, 0)
-        } else {
-            (a.ctx().dev_type, a.ctx().dev_id)
-        };
+        let (dev_type, dev_id) = ndarray(handle, "handle")?.context_codes();
         if out_dev_type.is_null() || out_dev_id.is_null() {
             return Err(Error::new(
                 "out_dev_type or out_dev_id (output pointer) is NULL",
@@ -566,19 +531,12 @@ fn aux_type(handle: NDArrayHandle, i: usize, out_type: *mut c_int) -> Result<()>
 }
 
 fn aux_ndarray(handle: NDArrayHandle, i: usize, out: *mut NDArrayHandle) -> Result<()> {
-    let a = ndarray(handle, "handle")?;
-    let parts = a.private_parts()?;
-    let aux = parts.aux.get(i).ok_or_else(|| {
-        Error::new(format!(
-            "aux index {i} out of range: the array has {} aux arrays",
-            parts.aux.len()
-        ))
-    })?;
+    let aux = ndarray(handle, "handle")?.aux_ndarray(i)?;
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
     // SAFETY: non-NULL and writable, per the contract.
-    unsafe { write_out(out, new_handle(aux.clone()), "out") }
+    unsafe { write_out(out, new_handle(aux), "out") }
 }
 
 /// The dtype of aux array `i` (sparse arrays: 6, int64).
@@ -654,13 +612,7 @@ pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayGetDataNDArray", || {
-        let a = ndarray(handle, "handle")?;
-        let data = if a.is_sparse() {
-            a.private_parts()?.data
-        } else {
-            a.ensure_dense("get the data of")?;
-            a
-        };
+        let data = ndarray(handle, "handle")?.data_ndarray()?;
         if out.is_null() {
             return Err(Error::new("out (output pointer) is NULL"));
         }

@@ -87,6 +87,15 @@ impl StorageType {
     pub fn code(self) -> i32 {
         self as i32
     }
+
+    /// A sparse storage type by its code (row_sparse 1, csr 2).
+    pub fn sparse_from_code(code: i32) -> Result<StorageType> {
+        match code {
+            1 => Ok(StorageType::RowSparse),
+            2 => Ok(StorageType::Csr),
+            s => bail!("storage type {s} is not sparse (row_sparse 1, csr 2)"),
+        }
+    }
 }
 
 /// A shape, printed the way MXNet prints `TShape`: `[2,3]`.
@@ -604,6 +613,78 @@ impl NDArray {
         }
     }
 
+    /// The byte count of a copy of `elements` elements to or from the dense
+    /// array (`MXNDArraySyncCopyFromCPU`/`ToCPU`, `what` naming the
+    /// direction): the count must be the array's, as MXNet checks it.
+    pub fn bytes_for_copy(&self, what: &str, elements: usize) -> Result<usize> {
+        self.ensure_dense(what)?;
+        ensure!(
+            elements == self.size(),
+            "Check failed: dshape.Size() == size ({} vs. {elements}) : Memory size do not match",
+            self.size()
+        );
+        Ok(elements * self.dtype().size())
+    }
+
+    /// `MXNDArraySyncCopyFromNDArray`: part `i` of a sparse array (-1 the
+    /// data, ≥0 aux `i`: [`NDArray::set_part`]), or a dense array's data
+    /// (`i` must be -1: [`NDArray::sync_copy_from`]) from `src`.
+    pub fn sync_copy_from_part(&self, i: i32, src: &NDArray) -> Result<()> {
+        if self.is_sparse() {
+            return self.set_part(i, src);
+        }
+        ensure!(
+            i == -1,
+            "aux index {i} given for a dense array (only -1, the data, applies)"
+        );
+        self.sync_copy_from(src)
+    }
+
+    /// MXNet's dtype code of the array; -1 for an empty array
+    /// (`MXNDArrayCreateNone`), as in MXNet.
+    pub fn dtype_code(&self) -> i32 {
+        if self.is_none() {
+            -1
+        } else {
+            self.dtype().code()
+        }
+    }
+
+    /// The context as (device type, device id); `(0, 0)` for an empty array,
+    /// as in MXNet.
+    pub fn context_codes(&self) -> (i32, i32) {
+        if self.is_none() {
+            (0, 0)
+        } else {
+            (self.ctx().dev_type, self.ctx().dev_id)
+        }
+    }
+
+    /// The array sharing the data (`MXNDArrayGetDataNDArray`): a sparse
+    /// array's data part (made its own first where a store shares it), or
+    /// the dense array itself.
+    pub fn data_ndarray(&self) -> Result<NDArray> {
+        if self.is_sparse() {
+            return Ok(self.private_parts()?.data);
+        }
+        self.ensure_dense("get the data of")?;
+        Ok(self.clone())
+    }
+
+    /// Aux array `i` of a sparse array, sharing its storage
+    /// (`MXNDArrayGetAuxNDArray`; made the array's own first where a store
+    /// shares it).
+    pub fn aux_ndarray(&self, i: usize) -> Result<NDArray> {
+        let parts = self.private_parts()?;
+        match parts.aux.get(i) {
+            Some(a) => Ok(a.clone()),
+            None => bail!(
+                "aux index {i} out of range: the array has {} aux arrays",
+                parts.aux.len()
+            ),
+        }
+    }
+
     /// The dense array's buffer, to be written whole with `len` bytes.
     fn whole(&self, len: usize) -> Result<RwLockWriteGuard<'_, Buffer>> {
         self.ensure_dense("copy into")?;
@@ -1023,6 +1104,41 @@ mod tests {
             .contains("USE_CUDA"));
         assert_eq!(Context::new(3, 1).unwrap().to_string(), "cpu_pinned(1)");
         assert!(Context::new(1, -1).is_err());
+    }
+
+    #[test]
+    fn what_the_c_api_asks_of_an_array() {
+        let a = NDArray::zeros(Shape(vec![2, 3]), DType::F64, Context::CPU0).unwrap();
+        assert_eq!(a.bytes_for_copy("copy into", 6).unwrap(), 48);
+        assert_eq!(
+            a.bytes_for_copy("copy into", 5).unwrap_err().message(),
+            "Check failed: dshape.Size() == size (6 vs. 5) : Memory size do not match"
+        );
+        assert_eq!((a.dtype_code(), a.context_codes()), (1, (1, 0)));
+        let none = NDArray::none();
+        assert_eq!((none.dtype_code(), none.context_codes()), (-1, (0, 0)));
+        assert!(none
+            .bytes_for_copy("copy from", 0)
+            .unwrap_err()
+            .message()
+            .starts_with("cannot copy from an empty NDArray"));
+        assert!(a.data_ndarray().unwrap().same(&a));
+        assert!(none.data_ndarray().is_err());
+        let b = NDArray::zeros(Shape(vec![2, 3]), DType::F32, Context::CPU0).unwrap();
+        assert_eq!(
+            a.sync_copy_from_part(0, &b).unwrap_err().message(),
+            "aux index 0 given for a dense array (only -1, the data, applies)"
+        );
+        a.sync_copy_from_part(-1, &b).unwrap();
+        assert_eq!(
+            StorageType::sparse_from_code(1).unwrap(),
+            StorageType::RowSparse
+        );
+        assert_eq!(StorageType::sparse_from_code(2).unwrap(), StorageType::Csr);
+        assert_eq!(
+            StorageType::sparse_from_code(0).unwrap_err().message(),
+            "storage type 0 is not sparse (row_sparse 1, csr 2)"
+        );
     }
 
     #[test]
