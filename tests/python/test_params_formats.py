@@ -93,11 +93,16 @@ FILES = {
 }
 
 
-def describe(mx, path):
-    """What nd.load gives: ('error',), or the names and each array's storage type, dtype,
-    shape and raw bytes (None for a none array)."""
+def describe(mx, path, frombuffer=False):
+    """What nd.load (or nd.load_frombuffer of the file's bytes) gives: ('error',), or the
+    names and each array's storage type, dtype, shape and raw bytes (None for a none
+    array)."""
     try:
-        got = mx.nd.load(path)
+        if frombuffer:
+            with open(path, 'rb') as f:
+                got = mx.nd.load_frombuffer(f.read())
+        else:
+            got = mx.nd.load(path)
     except Exception as e:  # noqa: BLE001 - both libraries' errors
         if 'unknown storage type: -1' in str(e):
             # MXNet's Python wraps no none array (its C API loads them)
@@ -153,3 +158,48 @@ def test_refusals_say_why(mxkv, tmp_path):
         with pytest.raises(mxkv.base.MXNetError, match=text.replace('[', r'\[').replace(']', r'\]')
                            .replace('(', r'\(').replace(')', r'\)')):
             mxkv.nd.load(path)
+
+
+@pytest.mark.parametrize('name', sorted(FILES))
+def test_load_frombuffer_like_mxnet(both, tmp_path, name):
+    """nd.load_frombuffer (mxkv had none) loads what nd.load loads"""
+    mxnet, mxkv = both
+    path = str(tmp_path / (name + '.params'))
+    with open(path, 'wb') as f:
+        f.write(FILES[name])
+    want = describe(mxnet, path, frombuffer=True)
+    got = describe(mxkv, path, frombuffer=True)
+    if want[0] == 'error':
+        assert got[0] == 'error', '%s: MXNet refuses it, mxkv loaded %r' % (name, got)
+    else:
+        assert got == want == describe(mxnet, path), name
+
+
+@pytest.mark.parametrize('buf', [b'', b'garbage', 'abc', bytearray(b'abc'), memoryview(b'a'),
+                                 None])
+def test_load_frombuffer_refusals(both, buf):
+    def outcome(mx):
+        try:
+            mx.nd.load_frombuffer(buf)
+        except Exception as e:  # noqa: BLE001 - both libraries' errors
+            return 'MXNetError' if 'MXNetError' in [c.__name__ for c in type(e).__mro__] \
+                else type(e).__name__
+        return 'loaded'
+    mxnet, mxkv = both
+    assert outcome(mxkv) == outcome(mxnet) != 'loaded'
+
+
+def test_load_frombuffer_of_saved_arrays(both, tmp_path):
+    """a named dict with sparse arrays, saved by MXNet, through its bytes"""
+    mxnet, mxkv = both
+    path = str(tmp_path / 'a.params')
+    dense = np.array([[0, 1.5], [0, 0], [-2, 0]], np.float32)
+    mxnet.nd.save(path, {'w': mxnet.nd.array(dense), 'r': mxnet.nd.array(dense).tostype(
+        'row_sparse'), 'c': mxnet.nd.array(dense).tostype('csr')})
+    with open(path, 'rb') as f:
+        data = f.read()
+    want, got = mxnet.nd.load_frombuffer(data), mxkv.nd.load_frombuffer(data)
+    assert sorted(got) == sorted(want) == ['c', 'r', 'w']
+    for k in want:
+        assert (got[k].stype, got[k].asnumpy().tobytes()) == \
+            (want[k].stype, want[k].asnumpy().tobytes()), k

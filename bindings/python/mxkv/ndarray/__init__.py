@@ -2,7 +2,7 @@
 from . import ndarray, utils, sparse, random
 from .ndarray import *  # pylint: disable=wildcard-import
 from .ndarray import _ndarray_cls, _new_alloc_handle, bfloat16
-from .utils import save, load
+from .utils import save, load, load_frombuffer
 from ._reduce import sum, sum_axis  # pylint: disable=redefined-builtin
 from .sparse import RowSparseNDArray, CSRNDArray
 from .random import random_uniform, random_normal

@@ -1,11 +1,12 @@
 """save / load of NDArrays in MXNet's ``.params`` format (MXNDArraySave / MXNDArrayLoad)."""
 import ctypes
+import os
 
 from ..base import _LIB, check_call, c_str, c_str_array, c_handle_array, NDArrayHandle, \
     string_types, py_str, MXKVUsageError
 from .ndarray import NDArray, _ndarray_cls
 
-__all__ = ['save', 'load']
+__all__ = ['save', 'load', 'load_frombuffer']
 
 
 def save(fname, data):
@@ -40,6 +41,45 @@ def load(fname):
     names = ctypes.POINTER(ctypes.c_char_p)()
     check_call(_LIB.MXNDArrayLoad(c_str(fname), ctypes.byref(out_size), ctypes.byref(handles),
                                   ctypes.byref(out_name_size), ctypes.byref(names)))
+    return _loaded(out_size, handles, out_name_size, names)
+
+
+def load_frombuffer(buf):
+    """Load what :func:`save` wrote from the bytes of a file, as MXNet's
+    ``nd.load_frombuffer`` (which reads ``len(buf) % 2**32`` bytes: its length argument is
+    an mx_uint; a str goes as ctypes passes it, a wchar_t string).  libmxkv has no
+    MXNDArrayLoadFromBuffer: the bytes are loaded through an in-memory file (memfd)."""
+    if not isinstance(buf, string_types + (bytes,)):
+        raise TypeError('buf required to be a string or bytes')
+    size = len(buf) % 2 ** 32
+    data = buf.encode('utf-32-le')[:size] if isinstance(buf, str) else buf[:size]
+    out_size = ctypes.c_uint32()
+    out_name_size = ctypes.c_uint32()
+    handles = ctypes.POINTER(ctypes.c_void_p)()
+    names = ctypes.POINTER(ctypes.c_char_p)()
+    try:
+        from_buffer = getattr(_LIB, 'MXNDArrayLoadFromBuffer')  # (a real libmxnet.so)
+    except AttributeError:
+        from_buffer = None
+    if from_buffer is not None:
+        check_call(from_buffer(data, ctypes.c_uint32(size), ctypes.byref(out_size),
+                               ctypes.byref(handles), ctypes.byref(out_name_size),
+                               ctypes.byref(names)))
+        return _loaded(out_size, handles, out_name_size, names)
+    fd = os.memfd_create('mxkv-load-frombuffer', os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(fd, 'wb', closefd=False) as memfile:
+            memfile.write(data)
+        check_call(_LIB.MXNDArrayLoad(c_str('/proc/self/fd/%d' % fd), ctypes.byref(out_size),
+                                      ctypes.byref(handles), ctypes.byref(out_name_size),
+                                      ctypes.byref(names)))
+    finally:
+        os.close(fd)
+    return _loaded(out_size, handles, out_name_size, names)
+
+
+def _loaded(out_size, handles, out_name_size, names):
+    """the arrays (and names) MXNDArrayLoad returned"""
     arrays = [_ndarray_cls(NDArrayHandle(handles[i])) for i in range(out_size.value)]
     if out_name_size.value == 0:
         return arrays
