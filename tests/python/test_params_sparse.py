@@ -308,6 +308,7 @@ DEGENERATE = {
     'csr_no_rows_indptr_empty': csr((0, 4), 'float32', [], [], []),
     'csr_indptr_garbage': csr((3, 4), 'int32', [1, 2], [0, 5, -1, 2], [0, 9]),
     'rsp_indices_unsorted_out_of_range': rsp((4, 2), 'float32', [1, 2, 3, 4, 5, 6], [3, -1, 7]),
+    'csr_indptr_long_2_values': csr((3, 4), 'float32', [1, 2], [0, 1, 2, 2, 7], [3, 0]),
 }
 
 
@@ -337,3 +338,35 @@ def test_csr_values_and_indices_of_other_lengths_are_not_saved(mxkv, tmp_path):
     with pytest.raises(mxkv.base.MXNetError, match='2 indices for 3 values'):
         mxkv.nd.save(str(path), [arr])
     assert not path.exists()
+
+
+DENSIFIED = ['csr_indptr_empty', 'csr_indptr_long', 'csr_indptr_short', 'csr_indptr_long_2_values']
+MXNET_DIES_DENSIFYING = ['csr_indptr_empty_2_values', 'csr_indptr_short_2_values',
+                         'csr_indptr_garbage', 'rsp_indices_unsorted_out_of_range']
+
+
+@pytest.mark.parametrize('name', DENSIFIED)
+def test_degenerate_sparse_arrays_densify_as_mxnet(both, tmp_path, name):
+    """MXNet's cast_storage reads no part of a csr of no stored value, and the first
+    rows + 1 offsets of a longer indptr"""
+    mxnet, mxkv = both
+    path = str(tmp_path / 'a.params')
+    save(mxnet, path, [make(mxnet, DEGENERATE[name])])
+    assert raw(mxkv.nd.load(path)[0]) == raw(mxnet.nd.load(path)[0])
+
+
+@pytest.mark.parametrize('name', MXNET_DIES_DENSIFYING)
+def test_degenerate_sparse_arrays_mxnet_dies_densifying_are_refused(both, tmp_path, name):
+    """stored values with an indptr shorter than rows + 1 (mxkv gave zeros for an empty
+    one), offsets or row indices outside the parts: MXNet reads outside its buffers and
+    dies (checked in a subprocess); mxkv raises"""
+    import subprocess
+    import sys
+    mxnet, mxkv = both
+    path = str(tmp_path / 'a.params')
+    save(mxnet, path, [make(mxnet, DEGENERATE[name])])
+    code = 'import mxnet as mx\nmx.nd.load(%r)[0].asnumpy()\n' % path
+    died = subprocess.run([sys.executable, '-c', code], capture_output=True, timeout=120)
+    assert died.returncode < 0, (died.returncode, died.stderr[-300:])
+    with pytest.raises(mxkv.base.MXNetError):
+        mxkv.nd.load(path)[0].asnumpy()

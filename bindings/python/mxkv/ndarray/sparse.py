@@ -601,9 +601,15 @@ class CSRNDArray(BaseSparseNDArray):
             indptr = ptr_nd.asnumpy().astype(np.int64)
             indices = idx_nd.asnumpy().astype(np.int64)
             data = data_nd.asnumpy()
-        if indptr.size == 0 or indptr[-1] == 0:
+        if indices.size == 0:  # (MXNet: the storage is not initialized, nothing is read)
             return out
-        if indptr.size != rows + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any() or \
+        if indptr.size < rows + 1:  # (MXNet reads outside it, and dies)
+            raise MXNetError('csr array of shape %s has %d stored values and an indptr of %d '
+                             'offsets, not rows + 1' % (self.shape, indices.size, indptr.size))
+        indptr = indptr[:rows + 1]  # (MXNet reads these)
+        if indptr[-1] == 0:
+            return out
+        if indptr[0] != 0 or (np.diff(indptr) < 0).any() or \
                 indptr[-1] > min(indices.size, data.size) or \
                 (indices[:indptr[-1]] < 0).any() or (indices[:indptr[-1]] >= cols).any():
             raise MXNetError('csr array of shape %s has invalid parts (indptr %s, %d indices, '
