@@ -99,7 +99,8 @@ MAX_OPCODES = 1000000
 
 #: built-in optimizers a server accepts (class names in mxkv.optimizer.optimizer and
 #: MXNet 1.9.1's mxnet.optimizer.optimizer)
-OPTIMIZERS = ('SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum', 'Test')
+OPTIMIZERS = ('SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum', 'Ftrl',
+              'FTML', 'Adamax', 'Nadam', 'DCASGD', 'SGLD', 'Test')
 #: lr schedulers a server accepts (mxkv.lr_scheduler, mxnet.lr_scheduler)
 LR_SCHEDULERS = ('FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
                  'CosineScheduler')
@@ -697,6 +698,7 @@ _OPT_SPECS = {
     # () or (symbol.attr_dict(), symbol.list_arguments())
     'sym_info': ('sym_info',),
     'param_dict': ('empty',),   # never pickled; Optimizer.__setstate__ sets {}
+    'weight_previous': ('empty',),   # DCASGD's, never filled by MXNet 1.9.1
 }
 _WANT = {_STR: 'a str (a parameter name)', _NUMBER: 'a number', _INT: 'an int',
          _SCALAR: 'None, a bool, int, float, str or numpy scalar'}

@@ -21,10 +21,13 @@ import warnings
 import numpy as np
 
 from ..base import py_str, MXKVUsageError, MXNetError
-from ..ndarray import NDArray, zeros, clip, sqrt, square
-from .._numerics import dmlc_float, strtof
+from ..ndarray import NDArray, zeros, clip, sqrt, square, maximum
+from ..ndarray import abs as nd_abs
+from ..random import normal
+from .._numerics import dmlc_float, dmlc_double, strtof
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
+           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD',
            'Test', 'Updater', 'create', 'get_updater', 'register']
 
 
@@ -449,6 +452,65 @@ def _signum_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradi
         else:
             s[...] = k.m * s - (one - k.m) * k.wd * w - (one - k.m) * k.rescale * g
         w[...] = (one - k.lr * k.wd_lh) * w + k.lr * _sign(s, k.dt)
+
+
+
+def _ftrl_rows(k, w, g, z, n):
+    """FtrlUpdateKernel / FtrlDnsRspDnsKernel on arrays of rows: (new weight, z, n)"""
+    dt = k.dt.type
+    gr = g * k.rescale
+    if k.clip >= 0:
+        gr = _clip_map(gr, k.clip)
+    sq = gr * gr
+    z = z + (gr - (np.sqrt(n + sq) - np.sqrt(n)) * w / k.lr)
+    n = n + sq
+    out = (_sign(z, dt) * k.lamda1 - z) / ((k.beta + np.sqrt(n)) / k.lr + k.wd) \
+        * (np.abs(z) > k.lamda1).astype(dt)
+    return out, z, n
+
+
+def _ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient,
+                 lazy_rows=None):
+    """ftrl_update: dense (FtrlUpdateKernel), or with `lazy_rows` (the row_sparse kernel
+    for a row_sparse weight, gradient and states) on the gradient's rows only"""
+    _check_dense(weight, z, n)
+    k = _K(weight.dtype, lr=lr, wd=wd, lamda1=lamda1, beta=beta, rescale=rescale_grad,
+           clip=clip_gradient)
+    with _errstate():
+        if lazy_rows is not None:
+            idx, g = lazy_rows
+            if not idx.size:
+                return
+            w, sz, sn = (a._arith_view(write=True) for a in (weight, z, n))
+            w[idx], sz[idx], sn[idx] = _ftrl_rows(k, w[idx], g, sz[idx], sn[idx])
+            return
+        grad = _fallback_grad(weight, grad)
+        _check_dense(weight, grad, z, n)
+        w, g, sz, sn = _views(weight, grad, z, n)
+        w[...], sz[...], sn[...] = _ftrl_rows(k, w, g, sz, sn)
+
+
+def _ftml_update(weight, grad, d, v, z, lr, wd, beta1, beta2, epsilon, t, rescale_grad,
+                 clip_grad):
+    """ftml_update (FTMLKernel; epsilon is a double parameter, t an int)"""
+    grad = _fallback_grad(weight, grad)
+    _check_dense(weight, grad, d, v, z)
+    k = _K(weight.dtype, lr=lr, wd=wd, b1=beta1, b2=beta2, rescale=rescale_grad,
+           clip=clip_grad)
+    dt = k.dt.type
+    eps = dt(dmlc_double(epsilon))
+    t = dt(int(t))
+    one = k.lit(1)
+    w, g, sd, sv, sz = _views(weight, grad, d, v, z)
+    with _errstate():
+        gr = k.rescale * g + k.wd * w
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        sv[...] = k.b2 * sv + (one - k.b2) * (gr * gr)
+        d_t = (one - np.power(k.b1, t)) / k.lr * (np.sqrt(sv / (one - np.power(k.b2, t))) + eps)
+        sz[...] = k.b1 * sz + (one - k.b1) * gr - (d_t - k.b1 * sd) * w
+        sd[...] = d_t
+        w[...] = -sz / d_t
 
 
 # --- optimizers -------------------------------------------------------------------
@@ -880,6 +942,224 @@ class AdaDelta(Optimizer):
         acc_delta[:] *= self.rho
         acc_delta[:] += (1. - self.rho) * current_delta * current_delta
         weight[:] -= current_delta + wd * weight
+
+
+@register
+class Ftrl(Optimizer):
+    """FTRL-Proximal (McMahan et al., *Ad Click Prediction: a View from the Trenches*)::
+
+        rescaled_grad = clip(grad * rescale_grad, clip_gradient)
+        z += rescaled_grad - (sqrt(n + rescaled_grad**2) - sqrt(n)) * weight / learning_rate
+        n += rescaled_grad**2
+        w = (sign(z) * lamda1 - z) / ((beta + sqrt(n)) / learning_rate + wd) * (abs(z) > lamda1)
+
+    MXNet's ftrl_update kernel; with a row_sparse weight, gradient and states (z and n take
+    the weight's storage type) only the gradient's rows are updated.  z and n are float32
+    whatever the weight's dtype, as in MXNet (other weight dtypes are refused)."""
+    def __init__(self, lamda1=0.01, learning_rate=0.1, beta=1, **kwargs):
+        super(Ftrl, self).__init__(**kwargs)
+        self.lamda1 = lamda1
+        self.beta = beta
+        self.lr = learning_rate
+
+    def create_state(self, index, weight):
+        return (zeros(weight.shape, weight.context, stype=weight.stype),  # z
+                zeros(weight.shape, weight.context, stype=weight.stype))  # n
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        wd = self._get_wd(index)
+        lr = self._get_lr(index)
+        z, n = state
+        # MXNet's row_sparse kernel needs every input row_sparse; anything else is its
+        # storage fallback (the dense kernel on dense copies)
+        kernel = _is_rsp(weight) and _is_rsp(grad) and _is_rsp(z) and _is_rsp(n)
+        if _is_rsp(weight) and (z.stype != weight.stype or n.stype != weight.stype):
+            raise MXNetError('Inconsistent storage type detected between z.stype = %s, '
+                             'n.stype = %s and weight.stype = %s'
+                             % (z.stype, n.stype, weight.stype))
+        with _StandIns(weight, state, kernel, 'FtrlUpdate') as (w, (sz, sn)):
+            rows = _rsp_rows(w, grad, sz, sn) if kernel else None
+            _ftrl_update(w, grad, sz, sn, lr, wd, self.lamda1, self.beta, self.rescale_grad,
+                         self._clip_param(), lazy_rows=rows)
+
+
+@register
+class FTML(Optimizer):
+    """FTML, *Follow the Moving Leader in Deep Learning* (Zheng & Kwok)::
+
+        rescaled_grad = clip(grad * rescale_grad + wd * weight, clip_gradient)
+        v = beta2 * v + (1 - beta2) * square(rescaled_grad)
+        d_t = (1 - power(beta1, t)) / lr * (square_root(v / (1 - power(beta2, t))) + epsilon)
+        z = beta1 * z + (1 - beta1) * rescaled_grad - (d_t - beta1 * d_(t-1)) * weight
+        weight = - z / d_t
+
+    MXNet's ftml_update kernel (dense only: row_sparse inputs take its storage fallback)."""
+    def __init__(self, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs):
+        super(FTML, self).__init__(**kwargs)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+
+    def create_state(self, index, weight):
+        return (zeros(weight.shape, weight.context, dtype=weight.dtype),  # d_0
+                zeros(weight.shape, weight.context, dtype=weight.dtype),  # v_0
+                zeros(weight.shape, weight.context, dtype=weight.dtype))  # z_0
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        t = self._index_update_count[index]
+        with _StandIns(weight, state, False) as (w, (d, v, z)):
+            _ftml_update(w, grad, d, v, z, lr, wd, self.beta1, self.beta2, self.epsilon, t,
+                         self.rescale_grad, self._clip_param())
+
+
+@register
+class Adamax(Optimizer):
+    """AdaMax (Kingma & Ba, section 7), with NDArray operations as MXNet::
+
+        grad = clip(grad * rescale_grad + wd * weight, clip_gradient)
+        m = beta1 * m + (1 - beta1) * grad
+        u = maximum(beta2 * u, abs(grad))
+        weight -= lr / (1 - beta1**t) * m / u
+    """
+    def __init__(self, learning_rate=0.002, beta1=0.9, beta2=0.999, **kwargs):
+        super(Adamax, self).__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1 = beta1
+        self.beta2 = beta2
+
+    def create_state(self, index, weight):
+        return (zeros(weight.shape, weight.context, dtype=weight.dtype),  # mean
+                zeros(weight.shape, weight.context, dtype=weight.dtype))  # variance
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        t = self._index_update_count[index]
+        lr /= (1. - self.beta1**t)
+        grad = grad * self.rescale_grad + wd * weight
+        if self.clip_gradient is not None:
+            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+        m_t, u_t = state
+        m_t[:] *= self.beta1
+        m_t[:] += (1. - self.beta1) * grad
+        u_t[:] = maximum(self.beta2 * u_t, nd_abs(grad))
+        weight[:] -= lr * m_t / u_t
+
+
+@register
+class Nadam(Optimizer):
+    """Nesterov Adam (Dozat), with NDArray operations as MXNet; the momentum schedule
+    (``m_schedule``) is one value for the optimizer, shared by all weights, as there."""
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 schedule_decay=0.004, **kwargs):
+        super(Nadam, self).__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+        self.schedule_decay = schedule_decay
+        self.m_schedule = 1.
+
+    def create_state(self, index, weight):
+        return (zeros(weight.shape, weight.context, dtype=weight.dtype),  # mean
+                zeros(weight.shape, weight.context, dtype=weight.dtype))  # variance
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        t = self._index_update_count[index]
+        grad = grad * self.rescale_grad + wd * weight
+        if self.clip_gradient is not None:
+            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+        # warming momentum schedule
+        momentum_t = self.beta1 * (1. - 0.5 * (pow(0.96, t * self.schedule_decay)))
+        momentum_t_1 = self.beta1 * (1. - 0.5 * (pow(0.96, (t + 1) * self.schedule_decay)))
+        self.m_schedule = self.m_schedule * momentum_t
+        m_schedule_next = self.m_schedule * momentum_t_1
+        m_t, v_t = state
+        m_t[:] *= self.beta1
+        m_t[:] += (1. - self.beta1) * grad
+        v_t[:] *= self.beta2
+        v_t[:] += (1. - self.beta2) * grad * grad
+        grad_prime = grad / (1. - self.m_schedule)
+        m_t_prime = m_t / (1. - m_schedule_next)
+        v_t_prime = v_t / (1. - pow(self.beta2, t))
+        m_t_bar = (1. - momentum_t) * grad_prime + momentum_t_1 * m_t_prime
+        weight[:] -= lr * m_t_bar / (sqrt(v_t_prime) + self.epsilon)
+
+
+@register
+class DCASGD(Optimizer):
+    """Delay-compensated asynchronous SGD (Zheng et al.), NDArray operations as MXNet.
+
+    As in MXNet 1.9.1, ``momentum != 0`` fails at the first update (its ``if mom:`` takes
+    the truth value of the momentum array: ambiguous for more than one element, and a
+    zero one-element momentum then fails ``assert self.momentum == 0.0``)."""
+    def __init__(self, momentum=0.0, lamda=0.04, **kwargs):
+        super(DCASGD, self).__init__(**kwargs)
+        self.momentum = momentum
+        self.weight_previous = {}
+        self.lamda = lamda
+
+    def create_state(self, index, weight):
+        if self.momentum == 0.0:
+            return (None, weight.copy())  # previous weight
+        return (zeros(weight.shape, weight.context, dtype=weight.dtype),  # momentum
+                weight.copy())  # previous weight
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        grad = grad * self.rescale_grad
+        if self.clip_gradient is not None:
+            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+        mom, previous_weight = state
+        if mom:
+            mom[:] *= self.momentum
+            mom[:] += -lr * (grad + wd * weight + self.lamda
+                             * grad * grad * (weight - previous_weight))
+        else:
+            if self.momentum != 0.0:
+                raise AssertionError('DCASGD: a momentum state that is all zeros with '
+                                     'momentum=%r (MXNet 1.9.1 fails the same assert)'
+                                     % (self.momentum,))
+            mom = -lr * (grad + wd * weight + self.lamda
+                         * grad * grad * (weight - previous_weight))
+        previous_weight[:] = weight
+        weight[:] += mom
+
+
+@register
+class SGLD(Optimizer):
+    """Stochastic Gradient Langevin Dynamics::
+
+        weight += -lr/2 * (clip(grad * rescale_grad, clip_gradient) + wd * weight)
+        weight += normal(0, sqrt(lr))
+
+    The deterministic step is MXNet's bit for bit; the noise comes from
+    :func:`mxkv.random.normal` (numpy's generator, seeded by ``mxkv.random.seed``), so
+    it is not MXNet's sequence of numbers."""
+    def __init__(self, **kwargs):  # pylint: disable=useless-super-delegation
+        super(SGLD, self).__init__(**kwargs)
+
+    def create_state(self, index, weight):
+        return None
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        grad = grad * self.rescale_grad
+        if self.clip_gradient is not None:
+            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+        weight[:] += - lr/2 * (grad + wd * weight)
+        weight[:] += normal(0, math.sqrt(lr), shape=weight.shape, dtype=weight.dtype,
+                            ctx=weight.context)
 
 
 @register
