@@ -654,8 +654,14 @@ impl WorkerSide {
                 .map_err(|e| Error::new(format!("{e} (key {})", keys.show(i))))?;
             plan.push((*id, out, r));
         }
-        for (id, out, r) in plan {
-            self.w.pull_row_sparse(id, out, &r)?;
+        // Written key by key in ascending order (a key's outputs in the order
+        // MXNet groups them), as MXNet's PullRowSparseImpl writes them: an
+        // output given for two keys ends with the larger key's rows.
+        for (_, pos) in group(&ids) {
+            for p in pos {
+                let (id, out, r) = &plan[p];
+                self.w.pull_row_sparse(*id, out, r)?;
+            }
         }
         Ok(())
     }

@@ -1,10 +1,9 @@
 """Audit (session 12): three cases where a dist_sync worker of mxkv writes other values into
 shared outputs than a worker of a real MXNet 1.9.1 cluster (1 worker, 1 server, each job
-all MXNet or all mxkv). Both are bugs of src/dist (not this audit's files): the tests are
-expected to fail until src/dist is fixed (xfail strict, so a fix turns them into failures
-to be unmarked).
+all MXNet or all mxkv). They were bugs of src/dist, pinned as strict xfails, unmarked as
+they were fixed.
 
-* ``rsp``: row_sparse_pull([2, 1], out=[o, o], row_ids=[[0], [1]]) leaves key 1's rows
+* ``rsp``: row_sparse_pull([2, 1], out=[o, o], row_ids=[[0], [1]]) left key 1's rows
   in o; MXNet (and libmxkv's local stores, since 49db683) leave key 2's, the keys being
   written in ascending order.
 * ``shared``: pushpull([5, 6], [a, b], out=[[x, y], x]) with y of another dtype: y is
@@ -37,8 +36,7 @@ def results(lib):
 
 
 @pytest.mark.parametrize('case', [
-    pytest.param('rsp', marks=pytest.mark.xfail(
-        strict=True, reason='src/dist: row_sparse_pull writes outputs in call order')),
+    'rsp',
     pytest.param('shared', marks=pytest.mark.xfail(
         strict=True, reason='src/dist: pushpull copies an output from another key\'s output '
                             'that a later key overwrote')),
