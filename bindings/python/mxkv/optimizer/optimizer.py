@@ -27,7 +27,7 @@ from ..random import normal
 from .._numerics import dmlc_float, dmlc_double, strtof
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
-           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD',
+           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB',
            'Test', 'Updater', 'create', 'get_updater', 'register']
 
 
@@ -511,6 +511,79 @@ def _ftml_update(weight, grad, d, v, z, lr, wd, beta1, beta2, epsilon, t, rescal
         sz[...] = k.b1 * sz + (one - k.b1) * gr - (d_t - k.b1 * sd) * w
         sd[...] = d_t
         w[...] = -sz / d_t
+
+
+
+def _sum_sq(values):
+    """CalcSumSq (multi_sum_sq on cpu): a float sum, element after element, of the squares
+    computed in the array's dtype"""
+    flat = np.ascontiguousarray(values).reshape(-1)
+    if not flat.size:
+        return np.float32(0)
+    with _errstate():
+        squares = flat * flat
+    if flat.dtype == np.float64:   # float += double: each step rounded back to float
+        total = np.float32(0)
+        for sq in squares.tolist():
+            total = np.float32(float(total) + sq)
+        return total
+    with _errstate():
+        return np.cumsum(squares.astype(np.float32), dtype=np.float32)[-1]
+
+
+def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsilon,
+                       rescale_grad, clip_gradient, bias_correction, lower_bound,
+                       upper_bound):
+    """multi_lamb_update for one tensor (MultiLAMBKernelStep1, the float sums of squares of
+    the weight and of the float temp_g, MultiLAMBKernelStep2); lrs and wds are
+    Tuple<float> (strtof), the other parameters dmlc floats"""
+    grad = _fallback_grad(weight, grad)
+    _check_dense(weight, grad, mean, var)
+    k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, clip=clip_gradient)
+    dt = k.dt.type
+    f32 = np.float32
+    half = k.dt == np.float16
+    # half_t op float (and op double) is computed in float and rounded to half_t
+    rescale = f32(dmlc_float(rescale_grad)) if half else dt(f32(dmlc_float(rescale_grad)))
+    lr_t, wd_t = dt(strtof(lr)), dt(strtof(wd))
+    lower, upper = f32(dmlc_float(lower_bound)), f32(dmlc_float(upper_bound))
+    one = k.lit(1.0)
+    w, g, m, v = _views(weight, grad, mean, var)
+    with _errstate():
+        r1_sum = _sum_sq(w)
+        sg = (g.astype(f32) * rescale).astype(k.dt) if half else g * rescale
+        if k.clip >= 0:
+            sg = _clip_map(sg, k.clip)
+        m[...] = k.b1 * m + (one - k.b1) * sg
+        v[...] = k.b2 * v + (one - k.b2) * sg * sg
+        if bias_correction:
+            t = dt(int(step))
+            mean_hat = m / (one - np.power(k.b1, t))
+            var_hat = v / (one - np.power(k.b2, t))
+        else:
+            mean_hat, var_hat = m, v
+        # the kernel's unqualified sqrt is ::sqrt(double): from there on the float32
+        # kernel computes in double until g is stored in the float temp_g
+        d = np.float64
+        if half:   # sqrt(double) + half_t: in float, rounded to half_t; the rest half_t
+            denom = (np.sqrt(var_hat.astype(f32)) + f32(k.eps)).astype(k.dt)
+            upd = mean_hat / denom + wd_t * w
+        else:
+            upd = mean_hat.astype(d) / (np.sqrt(var_hat.astype(d)) + d(k.eps)) \
+                + (wd_t * w).astype(d)
+        temp_g = upd.astype(f32)
+        r1 = np.sqrt(r1_sum)
+        r2 = np.sqrt(_sum_sq(temp_g))
+        if lower >= 0:
+            r1 = max(r1, lower)
+        if upper >= 0:
+            r1 = min(r1, upper)
+        ratio = dt(1.0) if (r1 == 0 or r2 == 0) else dt(f32(r1 / r2))
+        lr_adjusted = lr_t * ratio
+        if half:
+            w[...] = w - (lr_adjusted.astype(f32) * temp_g).astype(k.dt)
+        else:
+            w[...] = w - lr_adjusted * temp_g.astype(k.dt)
 
 
 # --- optimizers -------------------------------------------------------------------
@@ -1160,6 +1233,51 @@ class SGLD(Optimizer):
         weight[:] += - lr/2 * (grad + wd * weight)
         weight[:] += normal(0, math.sqrt(lr), shape=weight.shape, dtype=weight.dtype,
                             ctx=weight.context)
+
+
+@register
+class LAMB(Optimizer):
+    """LAMB (You et al., *Large Batch Optimization for Deep Learning*): Adam-style moments,
+    the step scaled by ||weight|| / ||update|| per tensor (``lower_bound``/``upper_bound``
+    clamp ||weight||).  MXNet's multi_lamb_update kernel, which its Updater always uses
+    (``MXNET_OPTIMIZER_AGGREGATION_SIZE`` >= 2, the default 45), for float32, float64 and
+    float16 weights; row_sparse arrays take its storage fallback."""
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6,
+                 lower_bound=None, upper_bound=None, bias_correction=True, **kwargs):
+        super(LAMB, self).__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+        self.lower_bound = lower_bound
+        self.upper_bound = upper_bound
+        self.bias_correction = bias_correction
+        self.aggregate_num = max(1, min(45, int(os.getenv('MXNET_OPTIMIZER_AGGREGATION_SIZE',
+                                                          '45'))))
+
+    def create_state(self, index, weight):
+        stype = weight.stype
+        dtype = weight.dtype
+        return (zeros(weight.shape, weight.context, dtype=dtype, stype=stype),
+                zeros(weight.shape, weight.context, dtype=dtype, stype=stype))
+
+    def update(self, index, weight, grad, state):
+        if self.aggregate_num <= 1 or not isinstance(index, (tuple, list)):
+            raise MXKVUsageError(
+                'LAMB updates one weight at a time only through MXNet\'s lamb_update_phase1/2 '
+                'and norm operators, which mxkv does not have yet: use the updater with '
+                'MXNET_OPTIMIZER_AGGREGATION_SIZE >= 2 (the default) or lists of indices')
+        for i in index:
+            self._update_count(i)
+        steps = [self._index_update_count[i] for i in index]
+        lrs = [self._get_lr(i) for i in index]
+        wds = [self._get_wd(i) for i in index]
+        for w_i, g_i, st, step, lr, wd in zip(weight, grad, state, steps, lrs, wds):
+            with _StandIns(w_i, st, False) as (w, (mean, var)):
+                _multi_lamb_update(w, g_i, mean, var, lr, wd, step, self.beta1, self.beta2,
+                                   self.epsilon, self.rescale_grad, self._clip_param(),
+                                   self.bias_correction,
+                                   self.lower_bound if self.lower_bound else -1.0,
+                                   self.upper_bound if self.upper_bound else -1.0)
 
 
 @register
