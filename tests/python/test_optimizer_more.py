@@ -1,5 +1,5 @@
 """The optimizers MXNet 1.9.1 has besides SGD/NAG/Adam/AdaGrad/RMSProp/AdaDelta/Signum:
-Ftrl, FTML, Adamax, Nadam, DCASGD, SGLD, LAMB.
+Ftrl, FTML, Adamax, Nadam, DCASGD, SGLD, LAMB, LARS.
 
 Before, ``mxkv.optimizer.create('ftrl')`` raised ``ValueError: Cannot find optimizer``.
 Each is checked against real MXNet 1.9.1 through ``KVStore.set_optimizer``: 20 steps of
@@ -48,6 +48,11 @@ CASES = [
               'epsilon': 1e-5, 'lr_scheduler': 'poly'}),
     ('lamb', {'lower_bound': 3.0, 'learning_rate': 0.1}),
     ('lamb', {'upper_bound': 0.2, 'wd': 0.1}),
+    ('lars', {}),
+    ('lars', {'momentum': 0.9, 'learning_rate': 0.1, 'wd': 0.01, 'eta': 0.01}),
+    ('lars', {'momentum': 0.9, 'clip_gradient': 0.3, 'rescale_grad': 0.5, 'eps': 1e-3,
+              'lr_scheduler': 'factor', 'learning_rate': 0.1}),
+    ('lars', {'momentum': 0.5, 'momentum_correction': False, 'lr_scheduler': 'poly'}),
 ]
 
 
@@ -109,6 +114,10 @@ RSP_CASES = [
     ('dcasgd', {'clip_gradient': 0.2, 'lamda': 0.5}),
     ('lamb', {'wd': 0.01}),
     ('lamb', {'clip_gradient': 0.2, 'bias_correction': False}),
+    ('lars', {'learning_rate': 0.1, 'eta': 0.1, 'wd': 0.01}),
+    ('lars', {'momentum': 0.9, 'learning_rate': 0.1, 'eta': 0.1, 'wd': 0.01}),
+    ('lars', {'momentum': 0.9, 'learning_rate': 0.1, 'eta': 0.1, 'lazy_update': False,
+              'clip_gradient': 0.3, 'rescale_grad': 2.0, 'eps': 1e-3}),
 ]
 
 
@@ -221,7 +230,8 @@ def test_sgld_noise(mxkv):
 
 # --- states -----------------------------------------------------------------------------
 SAVE_CASES = [('ftrl', {'lamda1': 0.001}), ('ftml', {}), ('adamax', {}), ('nadam', {}),
-              ('dcasgd', {'lamda': 0.5}), ('lamb', {'wd': 0.01})]
+              ('dcasgd', {'lamda': 0.5}), ('lamb', {'wd': 0.01}),
+              ('lars', {'momentum': 0.9, 'eta': 0.1, 'wd': 0.01})]
 
 
 @pytest.mark.parametrize('dump', [False, True])
@@ -337,7 +347,8 @@ PICKLE_CASES = [('Ftrl', {'lamda1': 0.02, 'beta': 0.5, 'wd': 0.1}),
                 ('Nadam', {'schedule_decay': 0.01, 'rescale_grad': 0.5}),
                 ('DCASGD', {'lamda': 0.3, 'momentum': 0.0}),
                 ('SGLD', {'learning_rate': 0.2}),
-                ('LAMB', {'lower_bound': 0.1, 'bias_correction': False})]
+                ('LAMB', {'lower_bound': 0.1, 'bias_correction': False}),
+                ('LARS', {'momentum': 0.9, 'eta': 0.01, 'momentum_correction': False})]
 
 
 @pytest.mark.parametrize('name,kwargs', PICKLE_CASES)
@@ -357,7 +368,7 @@ def test_dist_pickle_both_ways(both, name, kwargs):
 
 
 def test_registry(mxkv):
-    for name in ('ftrl', 'ftml', 'adamax', 'nadam', 'dcasgd', 'sgld', 'lamb'):
+    for name in ('ftrl', 'ftml', 'adamax', 'nadam', 'dcasgd', 'sgld', 'lamb', 'lars'):
         opt = mxkv.optimizer.create(name)
         assert type(opt).__name__.lower() == name
         assert isinstance(opt, mxkv.optimizer.Optimizer)
@@ -402,4 +413,47 @@ def test_lamb_single_index_update_is_refused(mxkv, monkeypatch):
     kv.init(0, weight)
     kv.set_optimizer(mxkv.optimizer.LAMB())
     with pytest.raises(mxkv.base.MXKVUsageError, match='AGGREGATION_SIZE'):
+        kv.push(0, mxkv.nd.ones((3,)))
+
+
+# --- LARS ----------------------------------------------------------------------------------
+@pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
+@pytest.mark.parametrize('aggregation', ['4', '2'])
+@pytest.mark.filterwarnings('ignore:Accumulating with float16')
+def test_lars_groups_names_and_multipliers(both, monkeypatch, dtype, aggregation):
+    """five tensors through one updater call (split into groups of the aggregation size),
+    names from param_idx2name: *_bias / *_gamma / *_beta get no LARS scaling and, not ending
+    in _weight, no weight decay; lr multipliers; a zero gradient (no LARS scaling) and a
+    large tensor (float sums of squares element after element)"""
+    monkeypatch.setenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', aggregation)
+    mxnet, mxkv = both
+    shapes = [(200, 150), (7,), (4, 3), (5,), (6,)]
+    names = {0: 'fc_weight', 1: 'fc_bias', 2: 'conv_weight', 3: 'bn_gamma', 4: 'bn_beta'}
+
+    def run(mx):
+        rng = np.random.RandomState(5)
+        opt = mx.optimizer.LARS(learning_rate=0.1, momentum=0.9, wd=0.01, eta=0.05,
+                                param_idx2name=names,
+                                lr_scheduler=mx.lr_scheduler.FactorScheduler(2, 0.5, 0.1))
+        opt.set_lr_mult({'conv_weight': 0.3})
+        upd = mx.optimizer.get_updater(opt)
+        weights = [mx.nd.array(rng.randn(*s).astype(dtype), dtype=dtype) for s in shapes]
+        out = []
+        for step in range(4):
+            grads = [mx.nd.array(rng.randn(*s).astype(dtype) * (step != 1 or i != 2),
+                                 dtype=dtype) for i, s in enumerate(shapes)]
+            upd(list(range(len(shapes))), grads, weights)
+            out.append([w.asnumpy() for w in weights])
+        return out
+    assert_same_bits(run(mxnet), run(mxkv), 'lars %s' % dtype)
+
+
+def test_lars_without_aggregation_is_refused(mxkv, monkeypatch):
+    """MXNET_OPTIMIZER_AGGREGATION_SIZE=0: MXNet's dense LARS path steps through the
+    weights 0 at a time and never ends; mxkv raises"""
+    monkeypatch.setenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', '0')
+    kv = mxkv.kv.create('local')
+    kv.init(0, mxkv.nd.ones((3,)))
+    kv.set_optimizer(mxkv.optimizer.LARS())
+    with pytest.raises(mxkv.base.MXKVUsageError, match='loops forever'):
         kv.push(0, mxkv.nd.ones((3,)))

@@ -100,7 +100,8 @@ MAX_OPCODES = 1000000
 #: built-in optimizers a server accepts (class names in mxkv.optimizer.optimizer and
 #: MXNet 1.9.1's mxnet.optimizer.optimizer)
 OPTIMIZERS = ('SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum', 'Ftrl',
-              'FTML', 'Adamax', 'Nadam', 'DCASGD', 'SGLD', 'LAMB', 'Test')
+              'FTML', 'Adamax', 'Nadam', 'DCASGD', 'SGLD', 'LAMB', 'LARS',
+              'Test')
 #: lr schedulers a server accepts (mxkv.lr_scheduler, mxnet.lr_scheduler)
 LR_SCHEDULERS = ('FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
                  'CosineScheduler')

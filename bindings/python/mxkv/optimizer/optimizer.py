@@ -27,7 +27,7 @@ from ..random import normal
 from .._numerics import dmlc_float, dmlc_double, strtof
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
-           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB',
+           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS',
            'Test', 'Updater', 'create', 'get_updater', 'register']
 
 
@@ -584,6 +584,62 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
             w[...] = w - (lr_adjusted.astype(f32) * temp_g).astype(k.dt)
         else:
             w[...] = w - lr_adjusted * temp_g.astype(k.dt)
+
+
+
+def _nrm2(values):
+    """NDArray.norm() (ord 2) of a float32 array on cpu: mshadow_op::nrm2's scaled sum of
+    squares, element after element (seq_reduce_compute), then scale * sqrt(sum)"""
+    f32 = np.float32
+    total, scale = f32(0), f32(0)
+    one = f32(1)
+    with _errstate():
+        for src in np.ascontiguousarray(values, dtype=f32).reshape(-1):
+            if src != 0:
+                mag = abs(src)
+                if scale < mag:
+                    ratio = scale / mag
+                    total = one + total * ratio * ratio
+                    scale = mag
+                else:
+                    ratio = mag / scale
+                    total = total + ratio * ratio
+        return f32(scale * np.sqrt(total))
+
+
+def _preloaded_multi_sgd(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+    """preloaded_multi_sgd_update / preloaded_multi_sgd_mom_update for one weight: lr and
+    wd are float32 array elements (float arithmetic, mixed with the weight's dtype as C++
+    promotes it), the other parameters dmlc floats; mom=None: no momentum state"""
+    _check_dense(weight, grad)
+    dt = np.dtype(weight.dtype)
+    f32 = np.float32
+    k = _K(dt, m=momentum, rescale=rescale_grad, clip=clip_gradient)
+    lr, wd = f32(lr), f32(wd)
+    if mom is None:
+        w, g = _views(weight, grad)
+        s = np.zeros_like(w)
+    else:
+        _check_dense(mom)
+        w, g, s = _views(weight, grad, mom)
+    lr_d = lr.astype(dt)   # float op double promotes to double; float op float stays
+    with _errstate():
+        if dt == np.float16:   # half_t op float: computed in float, rounded to half_t
+            h = k.dt.type
+            decay = ((lr * wd) * w.astype(f32)).astype(h)
+            if k.clip >= 0:
+                step = (lr * _clip_map(k.rescale * g, k.clip).astype(f32)).astype(h)
+            else:
+                step = h(lr * f32(k.rescale)) * g
+            new_mom = k.m * s - decay - step
+        elif k.clip >= 0:
+            new_mom = k.m * s - (lr * wd).astype(dt) * w \
+                - lr_d * _clip_map(k.rescale * g, k.clip)
+        else:
+            new_mom = k.m * s - (lr * wd).astype(dt) * w - lr_d * k.rescale * g
+        if mom is not None:
+            s[...] = new_mom
+        w[...] = w + new_mom
 
 
 # --- optimizers -------------------------------------------------------------------
@@ -1278,6 +1334,147 @@ class LAMB(Optimizer):
                                    self.bias_correction,
                                    self.lower_bound if self.lower_bound else -1.0,
                                    self.upper_bound if self.upper_bound else -1.0)
+
+
+@register
+class LARS(Optimizer):
+    """LARS (You et al., *Large Batch Training of Convolutional Networks*): SGD with
+    momentum whose learning rate is scaled per layer by
+    ``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` (not for names ending in gamma, beta or
+    bias).  Dense weights and gradients take MXNet's aggregated path (multi_sum_sq,
+    multi_lars, preloaded_multi_sgd(_mom)_update); row_sparse ones its per-weight path
+    (NDArray.norm, sgd_update / sgd_mom_update)."""
+    def __init__(self, momentum=0.0, lazy_update=True, eta=0.001, eps=0,
+                 momentum_correction=True, **kwargs):
+        super(LARS, self).__init__(**kwargs)
+        self.momentum = momentum
+        self.momentum_correction = momentum_correction
+        self.lazy_update = lazy_update
+        self.aggregate_num = int(os.getenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', '4'))
+        self.eta = eta
+        self.eps = eps
+        self.skip = 0
+        self.last_lr = None
+        self.cur_lr = None
+
+    def _get_lrs(self, indices):
+        if self.cur_lr is not None:
+            self.last_lr = self.cur_lr
+        lr = self.lr_scheduler(self.num_update) if self.lr_scheduler is not None else self.lr
+        if self.cur_lr is None:
+            self.last_lr = lr
+        self.cur_lr = lr
+        lrs = [lr for _ in indices]
+        for i, index in enumerate(indices):
+            if index in self.param_dict:
+                lrs[i] *= self.param_dict[index].lr_mult
+            elif index in self.lr_mult:
+                lrs[i] *= self.lr_mult[index]
+            elif index in self.idx2name:
+                lrs[i] *= self.lr_mult.get(self.idx2name[index], 1.0)
+        return lrs
+
+    def set_wd_mult(self, args_wd_mult):
+        """Per-parameter weight-decay multipliers (names not ending in _weight get 0)."""
+        self.wd_mult = {}
+        for name in self.idx2name.values():
+            if not name.endswith('_weight'):
+                self.wd_mult[name] = 0.0
+        self.wd_mult.update(args_wd_mult)
+
+    def create_state(self, index, weight):
+        if self.momentum != 0.0:
+            stype = weight.stype if self.lazy_update else 'default'
+            return zeros(weight.shape, weight.context, dtype=weight.dtype, stype=stype)
+        return None
+
+    def _l2norm(self, v, rescale=False):
+        v = v.astype('float32')
+        if rescale:
+            v *= self.rescale_grad
+        if v.stype == 'row_sparse':
+            # norm of a row_sparse array (L2NormComputeSparseImpl): BLAS sdot of its stored
+            # values, then sqrt; numpy's sdot (OpenBLAS) is the same kernel as MXNet's on
+            # the machines tested, but a BLAS may order the sum otherwise
+            data, _ = v._parts()
+            flat = np.ascontiguousarray(data, dtype=np.float32).reshape(-1)
+            with _errstate():
+                return np.sqrt(np.dot(flat, flat)) if flat.size else np.float32(0)
+        return _nrm2(v.asnumpy())
+
+    def _no_lars(self, index):
+        name = self.idx2name[index] if index in self.idx2name else str(index)
+        return name.endswith('gamma') or name.endswith('beta') or name.endswith('bias')
+
+    def _get_lars(self, i, weight, g, lr, wd):
+        if self._no_lars(i):
+            return lr
+        w_norm = self._l2norm(weight)
+        g_norm = self._l2norm(g, rescale=True)
+        if w_norm > 0.0 and g_norm > 0.0:
+            lars = self.eta * w_norm/(g_norm + wd * w_norm + self.eps)
+        else:
+            lars = 1.0
+        return lars * lr
+
+    def _update_impl(self, indices, weights, grads, states):
+        if not isinstance(indices, (tuple, list)):
+            indices, weights, grads, states = [indices], [weights], [grads], [states]
+        aggregate = True
+        for weight, grad in zip(weights, grads):
+            if not (isinstance(weight, NDArray) and isinstance(grad, NDArray)):
+                raise MXKVUsageError('LARS.update expects NDArrays')
+            aggregate = aggregate and weight.stype == 'default' and grad.stype == 'default'
+        if aggregate and self.aggregate_num <= 0:
+            raise MXKVUsageError('LARS with MXNET_OPTIMIZER_AGGREGATION_SIZE=%d: MXNet 1.9.1 '
+                                 'loops forever there (its dense path steps through the '
+                                 'weights aggregate_num at a time)' % self.aggregate_num)
+        self._update_count(indices)
+        lrs = self._get_lrs(indices)
+        wds = self._get_wds(indices)
+        momentum = 0.0
+        if self.momentum > 0:
+            momentum = (self.momentum * (self.cur_lr / self.last_lr)) \
+                if (self.momentum_correction and self.last_lr != 0) else self.momentum
+        clip_g = self._clip_param()
+        if aggregate:
+            f32 = np.float32
+            for index, weight, grad, state, lr, wd in zip(indices, weights, grads, states,
+                                                          lrs, wds):
+                lr32, wd32 = f32(lr), f32(wd)
+                if not self._no_lars(index):
+                    # multi_sum_sq of the weight and the raw gradient, then MultiLARSKernel
+                    _check_dense(weight, grad)
+                    w_sum = _sum_sq(weight._arith_view())
+                    g_sum = _sum_sq(grad._arith_view())
+                    eta = f32(dmlc_float(self.eta))
+                    eps = f32(dmlc_float(self.eps))
+                    rescale = f32(dmlc_float(self.rescale_grad))
+                    with _errstate():
+                        w_norm = np.sqrt(w_sum)
+                        if w_norm > 0. and g_sum > 0.:
+                            lr32 = lr32 * eta * w_norm / (np.sqrt(g_sum) * rescale
+                                                          + wd32 * w_norm + eps)
+                _preloaded_multi_sgd(weight, grad, state if self.momentum > 0 else None,
+                                     lr32, wd32, momentum, self.rescale_grad, clip_g)
+            return
+        lrs = [self._get_lars(i, w, g, lr, wd)
+               for (i, w, g, lr, wd) in zip(indices, weights, grads, lrs, wds)]
+        for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
+            func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
+            with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
+                if st is not None:
+                    _sgd_mom_update(w, grad, st, lr, wd, momentum, self.rescale_grad, clip_g,
+                                    self.lazy_update)
+                else:
+                    _sgd_update(w, grad, lr, wd, self.rescale_grad, clip_g, self.lazy_update)
+
+    def update(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self._no_multi_precision(weight)
+        self._update_impl(index, weight, grad, state)
 
 
 @register
