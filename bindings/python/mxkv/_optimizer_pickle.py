@@ -101,7 +101,7 @@ MAX_OPCODES = 1000000
 #: MXNet 1.9.1's mxnet.optimizer.optimizer)
 OPTIMIZERS = ('SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum', 'Ftrl',
               'FTML', 'Adamax', 'Nadam', 'DCASGD', 'SGLD', 'LAMB', 'LARS',
-              'Test')
+              'LBSGD', 'Test')
 #: lr schedulers a server accepts (mxkv.lr_scheduler, mxnet.lr_scheduler)
 LR_SCHEDULERS = ('FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
                  'CosineScheduler')
@@ -700,6 +700,7 @@ _OPT_SPECS = {
     'sym_info': ('sym_info',),
     'param_dict': ('empty',),   # never pickled; Optimizer.__setstate__ sets {}
     'weight_previous': ('empty',),   # DCASGD's, never filled by MXNet 1.9.1
+    'cumgrads': ('empty',),   # LBSGD's accumulated gradients (NDArrays): none when sent
 }
 _WANT = {_STR: 'a str (a parameter name)', _NUMBER: 'a number', _INT: 'an int',
          _SCALAR: 'None, a bool, int, float, str or numpy scalar'}

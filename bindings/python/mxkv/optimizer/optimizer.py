@@ -11,6 +11,7 @@ or standard updates of sgd_update, sgd_mom_update, adam_update; _sparse_adagrad_
 and, for the other operators, its storage fallback (see ``_StandIns``).
 """
 import io
+import logging
 import math
 import os
 import pickle
@@ -21,13 +22,13 @@ import warnings
 import numpy as np
 
 from ..base import py_str, MXKVUsageError, MXNetError
-from ..ndarray import NDArray, zeros, clip, sqrt, square, maximum
+from ..ndarray import NDArray, zeros, clip, sqrt, square, maximum, multiply
 from ..ndarray import abs as nd_abs
 from ..random import normal
 from .._numerics import dmlc_float, dmlc_double, strtof
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
-           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS',
+           'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS', 'LBSGD',
            'Test', 'Updater', 'create', 'get_updater', 'register']
 
 
@@ -1478,6 +1479,120 @@ class LARS(Optimizer):
 
 
 @register
+class LBSGD(Optimizer):
+    """Large-batch SGD (MXNet's LBSGD): gradients are accumulated per index over
+    ``batch_scale`` updates, then one sgd_update / sgd_mom_update step is made with the
+    learning rate scaled by a warm-up multiplier (``warmup_strategy`` 'linear', 'power2',
+    'sqrt') or by LARS ('lars'); the updates in between are sgd_update with lr = 0.  As in
+    MXNet, the accumulated gradient holds the gradient arrays the updater was given."""
+    def __init__(self, momentum=0.0, multi_precision=False, warmup_strategy='linear',
+                 warmup_epochs=5, batch_scale=1, updates_per_epoch=32, begin_epoch=0,
+                 num_epochs=60, **kwargs):
+        super(LBSGD, self).__init__(**kwargs)
+        logging.info('Running Large-Batch SGD Algorithm')
+        logging.info('(Batch_scale=%f, warmup_epochs=%d, warmup_strategy=%s, '
+                     'updates_per_epoch=%d)', batch_scale, warmup_epochs, warmup_strategy,
+                     updates_per_epoch)
+        self.momentum = momentum
+        self.multi_precision = multi_precision
+        self.warmup_strategy = warmup_strategy
+        self.warmup_epochs = warmup_epochs
+        self.batch_scale = batch_scale
+        self.updates_per_epoch = updates_per_epoch
+        self.init_updates = begin_epoch * updates_per_epoch
+        self.num_epochs = num_epochs
+        self.lbmult = 1
+        self.cumgrads = {}
+        self.adaptive = False
+        self.admult = 1
+
+    def create_state(self, index, weight):
+        if self.momentum != 0.0:
+            return zeros(weight.shape, weight.context, dtype=weight.dtype, stype=weight.stype)
+        return None
+
+    def _get_lbmult(self, nup):
+        nwup = self.warmup_epochs * self.updates_per_epoch
+        strategy = self.warmup_strategy
+        maxmult = float(self.batch_scale)
+        if nup >= nwup:
+            mult = maxmult
+        elif nwup <= 1:
+            mult = 1.0
+        else:
+            if strategy == 'linear':
+                mult = 1.0 + (maxmult - 1) * nup / nwup
+            elif strategy == 'power2':
+                mult = 1.0 + (maxmult-1) * (nup*nup)/(nwup*nwup)
+            elif strategy == 'sqrt':
+                mult = 1.0 + (maxmult - 1) * math.sqrt(float(nup) / nwup)
+            else:
+                mult = 1.0
+        return mult
+
+    def _get_lars(self, weight, g, wd):
+        weight2 = self._l2norm(weight)
+        grad2 = self._l2norm(g)
+        lars = math.sqrt(weight2 / (grad2 + wd * weight2 + 1e-18))
+        if lars < 0.01:
+            lars = 0.01
+        elif lars > 100:
+            lars = 100
+        return lars
+
+    def _l2norm(self, v):
+        return multiply(v, v).asnumpy().sum()
+
+    def _reset_cum_gradient(self, index):
+        self.cumgrads[index]['cum_grad'] = 0
+
+    def _get_cum_gradient(self, index):
+        if index in self.cumgrads:
+            return self.cumgrads[index]
+        return {}
+
+    def _put_cum_gradient(self, index, cgrad):
+        self.cumgrads[index] = cgrad
+
+    def _cumulate_gradient(self, grad, index):
+        cgrad = self._get_cum_gradient(index)
+        if cgrad and cgrad['num_cums'] > 0:
+            cum_grad = cgrad['cum_grad'] + grad
+            num_cums = cgrad['num_cums'] + 1
+        else:
+            cum_grad = grad
+            num_cums = self.init_updates + 1
+        cgrad = {'cum_grad': cum_grad, 'num_cums': num_cums}
+        self._put_cum_gradient(index, cgrad)
+        return cgrad
+
+    def update(self, index, weight, grad, state):
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        self._update_count(index)
+        cgrad = self._cumulate_gradient(grad, index)
+        if (cgrad['num_cums'] % self.batch_scale) == 0:
+            grad = cgrad['cum_grad'] / self.batch_scale
+            if self.warmup_strategy == 'lars':
+                lbmult = self._get_lars(weight, grad, wd)
+            else:
+                lbmult = self._get_lbmult(cgrad['num_cums'])
+            lr = lr * lbmult
+            momentum = self.momentum if self.momentum > 0 else 0.0
+            clip_g = self._clip_param()
+            func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
+            with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
+                if st is not None:
+                    _sgd_mom_update(w, grad, st, lr, wd, momentum, self.rescale_grad, clip_g)
+                else:
+                    _sgd_update(w, grad, lr, wd, self.rescale_grad, clip_g)
+            self._reset_cum_gradient(index)
+        else:
+            with _StandIns(weight, None, _is_rsp(grad), 'SGDUpdate') as (w, _):
+                _sgd_update(w, grad, 0.0, wd, 1.0, -1.0)
+
+
+@register
 class Test(Optimizer):
     """weight += rescale_grad * grad; state = weight (for tests)."""
     def create_state(self, index, weight):
@@ -1661,6 +1776,8 @@ def _replace_mxnet_arrays(obj):
         elif isinstance(o, (list, tuple)):
             for v in o:
                 collect(v)
+        elif isinstance(o, Optimizer):   # LBSGD's cumgrads hold arrays
+            collect(o.__dict__)
     collect(obj)
     if not found:
         return obj
@@ -1675,6 +1792,8 @@ def _replace_mxnet_arrays(obj):
             return [rebuild(v) for v in o]
         if isinstance(o, tuple):
             return tuple(rebuild(v) for v in o)
+        if isinstance(o, Optimizer):
+            o.__dict__.update(rebuild(o.__dict__))
         return o
     return rebuild(obj)
 
