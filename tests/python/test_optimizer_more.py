@@ -417,20 +417,43 @@ def test_lamb_large_tensors_and_groups(both, dtype):
     assert_same_bits(run(mxnet), run(mxkv), 'lamb %s' % dtype)
 
 
-def test_lamb_single_index_update_is_refused(mxkv, monkeypatch):
-    """MXNet updates a single index (or everything with MXNET_OPTIMIZER_AGGREGATION_SIZE
-    below 2) through lamb_update_phase1/2 and NDArray.norm, which mxkv does not have: a
-    clear error instead of other numbers"""
-    opt = mxkv.optimizer.LAMB()
-    weight = mxkv.nd.ones((3,))
-    with pytest.raises(mxkv.base.MXKVUsageError, match='lamb_update_phase1'):
-        opt.update(0, weight, mxkv.nd.ones((3,)), opt.create_state(0, weight))
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('case', [c for c in range(len(CASES)) if CASES[c][0] == 'lamb'],
+                         ids=[i for i in _ids(CASES) if i.startswith('lamb')])
+def test_lamb_without_aggregation(both, monkeypatch, case, dtype):
+    """MXNET_OPTIMIZER_AGGREGATION_SIZE=1: MXNet's LAMB updates one index at a time with
+    lamb_update_phase1, NDArray.norm (nrm2's scaled sum) and lamb_update_phase2"""
     monkeypatch.setenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', '1')
-    kv = mxkv.kv.create('local')
-    kv.init(0, weight)
-    kv.set_optimizer(mxkv.optimizer.LAMB())
-    with pytest.raises(mxkv.base.MXKVUsageError, match='AGGREGATION_SIZE'):
-        kv.push(0, mxkv.nd.ones((3,)))
+    mxnet, mxkv = both
+    name, kwargs = CASES[case]
+    assert_same_bits(test_optimizers.trajectory(mxnet, name, kwargs, dtype=dtype),
+                     test_optimizers.trajectory(mxkv, name, kwargs, dtype=dtype),
+                     '%s %s' % (name, dtype))
+
+
+def test_lamb_single_index_update(both):
+    """opt.update(index, ...) with one index takes the phase1/2 path too"""
+    mxnet, mxkv = both
+
+    def run(mx):
+        rng = np.random.RandomState(2)
+        opt = mx.optimizer.LAMB(learning_rate=0.02, wd=0.01)
+        weight = mx.nd.array(rng.randn(5, 4).astype('float32'))
+        state = opt.create_state(3, weight)
+        out = []
+        for _ in range(4):
+            opt.update(3, weight, mx.nd.array(rng.randn(5, 4).astype('float32')), state)
+            out.append(weight.asnumpy().copy())
+        return out
+    assert_same_bits(run(mxnet), run(mxkv), 'lamb')
+
+
+def test_lamb_single_index_float16_is_refused(mxkv):
+    opt = mxkv.optimizer.LAMB()
+    weight = mxkv.nd.ones((3,), dtype='float16')
+    with pytest.raises(mxkv.base.MXKVUsageError, match='lamb_update_phase1'):
+        opt.update(0, weight, mxkv.nd.ones((3,), dtype='float16'),
+                   opt.create_state(0, weight))
 
 
 # --- LARS ----------------------------------------------------------------------------------

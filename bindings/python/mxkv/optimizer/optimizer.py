@@ -588,10 +588,11 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
 
 
 
-def _nrm2(values):
-    """NDArray.norm() (ord 2) of a float32 array on cpu: mshadow_op::nrm2's scaled sum of
-    squares, element after element (seq_reduce_compute), then scale * sqrt(sum)"""
-    f32 = np.float32
+def _nrm2(values, dtype=np.float32):
+    """NDArray.norm() (ord 2) of an array on cpu: mshadow_op::nrm2's scaled sum of
+    squares in the array's dtype, element after element (seq_reduce_compute), then
+    scale * sqrt(sum)"""
+    f32 = np.dtype(dtype).type
     total, scale = f32(0), f32(0)
     one = f32(1)
     with _errstate():
@@ -641,6 +642,50 @@ def _preloaded_multi_sgd(weight, grad, mom, lr, wd, momentum, rescale_grad, clip
         if mom is not None:
             s[...] = new_mom
         w[...] = w + new_mom
+
+
+
+def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilon,
+                        rescale_grad, clip_gradient, bias_correction, lower_bound,
+                        upper_bound):
+    """lamb_update_phase1 (LambUpdatePhaseOneKernel), r1 = weight.norm(), r2 = g.norm(),
+    lamb_update_phase2 (LambUpdatePhaseTwoKernel): MXNet's LAMB for one index"""
+    grad = _fallback_grad(weight, grad)
+    _check_dense(weight, grad, mean, var)
+    if np.dtype(weight.dtype) not in (np.float32, np.float64):
+        raise MXKVUsageError('LAMB for one index at a time (lamb_update_phase1/2) supports '
+                             'float32 and float64 weights in mxkv (got %s)' % weight.dtype)
+    k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, wd=wd, rescale=rescale_grad,
+           clip=clip_gradient, lr=lr, lower=lower_bound, upper=upper_bound)
+    dt = k.dt.type
+    f32 = np.float32
+    t = int(t)
+    # std::pow(float, int) is computed in double
+    b1_t = dt(math.pow(float(f32(dmlc_float(beta1))), t))
+    b2_t = dt(math.pow(float(f32(dmlc_float(beta2))), t))
+    one_f = dt(f32(1))
+    w, g, m, v = _views(weight, grad, mean, var)
+    with _errstate():
+        gr = g * k.rescale
+        if k.clip >= 0:
+            gr = _clip_map(gr, k.clip)
+        m[...] = k.b1 * m + (one_f - k.b1) * gr
+        v[...] = k.b2 * v + (one_f - k.b2) * gr * gr
+        if bias_correction:
+            # mean / (1. - beta1_t): a double literal, so double arithmetic
+            mean_hat = (m.astype(np.float64) / (1.0 - np.float64(b1_t))).astype(k.dt)
+            var_hat = v / (dt(1) - b2_t)
+            upd = mean_hat / (np.sqrt(var_hat) + k.eps) + k.wd * w
+        else:
+            upd = m / (np.sqrt(v) + k.eps) + k.wd * w
+        r1 = _nrm2(w, k.dt)
+        r2 = _nrm2(upd, k.dt)
+        if k.lower >= 0:
+            r1 = max(r1, k.lower)
+        if k.upper >= 0:
+            r1 = min(r1, k.upper)
+        lr_t = k.lr * dt(1) if (r1 == 0 or r2 == 0) else k.lr * r1 / r2
+        w[...] = w - lr_t * upd
 
 
 # --- optimizers -------------------------------------------------------------------
@@ -1296,9 +1341,10 @@ class SGLD(Optimizer):
 class LAMB(Optimizer):
     """LAMB (You et al., *Large Batch Optimization for Deep Learning*): Adam-style moments,
     the step scaled by ||weight|| / ||update|| per tensor (``lower_bound``/``upper_bound``
-    clamp ||weight||).  MXNet's multi_lamb_update kernel, which its Updater always uses
-    (``MXNET_OPTIMIZER_AGGREGATION_SIZE`` >= 2, the default 45), for float32, float64 and
-    float16 weights; row_sparse arrays take its storage fallback."""
+    clamp ||weight||).  MXNet's multi_lamb_update kernel, which its Updater uses for lists
+    of indices (``MXNET_OPTIMIZER_AGGREGATION_SIZE`` >= 2, the default 45), for float32,
+    float64 and float16 weights; one index at a time, lamb_update_phase1/2 and the norms
+    between them (float32 and float64).  row_sparse arrays take the storage fallback."""
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6,
                  lower_bound=None, upper_bound=None, bias_correction=True, **kwargs):
         super(LAMB, self).__init__(learning_rate=learning_rate, **kwargs)
@@ -1319,10 +1365,22 @@ class LAMB(Optimizer):
 
     def update(self, index, weight, grad, state):
         if self.aggregate_num <= 1 or not isinstance(index, (tuple, list)):
-            raise MXKVUsageError(
-                'LAMB updates one weight at a time only through MXNet\'s lamb_update_phase1/2 '
-                'and norm operators, which mxkv does not have yet: use the updater with '
-                'MXNET_OPTIMIZER_AGGREGATION_SIZE >= 2 (the default) or lists of indices')
+            if isinstance(index, (tuple, list)):
+                if len(index) != self.aggregate_num:
+                    raise AssertionError('LAMB: %d indices with aggregate_num %d'
+                                         % (len(index), self.aggregate_num))
+                index, weight, grad, state = index[0], weight[0], grad[0], state[0]
+            self._update_count(index)
+            lr = self._get_lr(index)
+            wd = self._get_wd(index)
+            t = self._index_update_count[index]
+            with _StandIns(weight, state, False) as (w, (mean, var)):
+                _lamb_update_phases(w, grad, mean, var, lr, wd, t, self.beta1, self.beta2,
+                                    self.epsilon, self.rescale_grad, self._clip_param(),
+                                    self.bias_correction,
+                                    self.lower_bound if self.lower_bound else -1.0,
+                                    self.upper_bound if self.upper_bound else -1.0)
+            return
         for i in index:
             self._update_count(i)
         steps = [self._index_update_count[i] for i in index]
