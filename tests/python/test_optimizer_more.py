@@ -552,3 +552,29 @@ def test_lbsgd_row_sparse_accumulation_matches_direct_updater_calls(both):
             out.append(weight.asnumpy().copy())
         return out
     assert_same_bits(run(mxnet, False), run(mxkv, True), 'lbsgd')
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+def test_norm_as_mxnet(both, dtype):
+    """the norm LAMB (one index at a time) and LARS (row_sparse gradients) take, against
+    MXNet's NDArray.norm(): arrays of 1 to 200000 elements, ascending (the scale rises at
+    every element), descending, with zeros, negative, NaN and infinity"""
+    mxnet, _ = both
+    from mxkv.optimizer.optimizer import _nrm2
+    rng = np.random.RandomState(0)
+    for n in (1, 2, 5, 18, 1000, 200000):
+        for kind in range(6):
+            x = rng.randn(n) * rng.choice([1e-3, 1, 1e3])
+            if kind == 1:
+                x = np.sort(np.abs(x))
+            elif kind == 2:
+                x[::3] = 0
+            elif kind == 3:
+                x = -np.sort(-np.abs(x))
+            elif kind == 4:
+                x = np.round(x)
+            elif kind == 5 and n > 3:
+                x[2] = np.inf if n % 2 else np.nan
+            x = x.astype(dtype)
+            expected = mxnet.nd.array(x, dtype=dtype).norm().asnumpy()[0]
+            assert_same_bits(expected, _nrm2(x, dtype), '%s %d %d' % (dtype, n, kind))

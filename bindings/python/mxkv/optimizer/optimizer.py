@@ -589,9 +589,39 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
 
 
 def _nrm2(values, dtype=np.float32):
-    """NDArray.norm() (ord 2) of an array on cpu: mshadow_op::nrm2's scaled sum of
-    squares in the array's dtype, element after element (seq_reduce_compute), then
-    scale * sqrt(sum)"""
+    """NDArray.norm() (ord 2) of a float32 or float64 array on cpu: mshadow_op::nrm2's
+    scaled sum of squares in the array's dtype, element after element
+    (seq_reduce_compute), then scale * sqrt(sum).  Finite arrays run a segment at a time: between two elements that
+    raise the running maximum, the sum is a sequential cumsum of (|x| / scale)**2."""
+    dt = np.dtype(dtype).type
+    flat = np.ascontiguousarray(values, dtype=dt).reshape(-1)
+    with _errstate():
+        mags = np.abs(flat[flat != 0])
+    if not mags.size:
+        return dt(0)
+    if dt is np.float16 or not np.isfinite(mags).all():
+        # (numpy accumulates float16 sums in float)
+        return _nrm2_loop(flat, dt)
+    one = dt(1)
+    running = np.maximum.accumulate(mags)
+    # elements that raise the scale (strictly above every earlier one)
+    raises = np.flatnonzero(np.concatenate(([True], mags[1:] > running[:-1])))
+    total, scale = dt(0), dt(0)
+    with _errstate():
+        for n, start in enumerate(raises):
+            ratio = scale / mags[start]
+            total = one + total * ratio * ratio
+            scale = mags[start]
+            stop = raises[n + 1] if n + 1 < raises.size else mags.size
+            if stop > start + 1:
+                terms = mags[start + 1:stop] / scale
+                terms = terms * terms
+                total = np.cumsum(np.concatenate(([total], terms)), dtype=dt)[-1]
+        return dt(scale * np.sqrt(total))
+
+
+def _nrm2_loop(values, dtype):
+    """_nrm2, element after element (for arrays holding NaN or infinity)"""
     f32 = np.dtype(dtype).type
     total, scale = f32(0), f32(0)
     one = f32(1)
