@@ -44,6 +44,29 @@ struct KeyInfo {
     comm: Arc<CommKey>,
 }
 
+/// How one key of a pull or pushpull fills its outputs (see
+/// `WorkerSide::plan_outputs`).
+struct Fill {
+    id: i32,
+    /// What the key's value is received into: one of its outputs, or a new
+    /// array.
+    dest: NDArray,
+    /// The positions of the outputs `dest` is copied to, in MXNet's
+    /// grouping order.
+    copies: Vec<usize>,
+}
+
+/// Copies each key's value to its other outputs, key by key in `plan`'s
+/// (ascending) order.
+fn write_outputs(plan: &[Fill], outs: &[NDArray]) -> Result<()> {
+    for f in plan {
+        for &p in &f.copies {
+            outs[p].copy_from(&f.dest)?;
+        }
+    }
+    Ok(())
+}
+
 /// The customer id of the worker store on its node (MXNet's `KVStoreDist`
 /// uses 0).
 const CUSTOMER: i32 = 0;
@@ -414,8 +437,14 @@ impl WorkerSide {
         Ok(())
     }
 
-    /// `comm_->Reduce`: one value per distinct key.
-    fn reduce(&self, ids: &[i32], vals: &[NDArray]) -> Result<Vec<(i32, NDArray)>> {
+    /// The checked values of a push or pushpull: per distinct key
+    /// (ascending), its merge buffers and the positions of its values in
+    /// MXNet's grouping order.
+    fn push_groups(
+        &self,
+        ids: &[i32],
+        vals: &[NDArray],
+    ) -> Result<Vec<(i32, Arc<CommKey>, Vec<usize>)>> {
         ensure!(
             ids.len() == vals.len(),
             "{} keys for {} values",
@@ -437,10 +466,19 @@ impl WorkerSide {
             let key = &comm_keys[pos[0]];
             let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
             self.comm.check(&id.to_string(), key, &group_vals)?;
-            work.push((id, key, group_vals));
+            work.push((id, key.clone(), pos));
         }
-        work.into_iter()
-            .map(|(id, key, group_vals)| Ok((id, self.comm.reduce_to_send(key, &group_vals)?)))
+        Ok(work)
+    }
+
+    /// `comm_->Reduce`: one value per distinct key.
+    fn reduce(&self, ids: &[i32], vals: &[NDArray]) -> Result<Vec<(i32, NDArray)>> {
+        self.push_groups(ids, vals)?
+            .into_iter()
+            .map(|(id, key, pos)| {
+                let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
+                Ok((id, self.comm.reduce_to_send(&key, &group_vals)?))
+            })
             .collect()
     }
 
@@ -450,6 +488,92 @@ impl WorkerSide {
         let reduced = self.reduce(&ids, vals)?;
         let items: Vec<(i32, &NDArray)> = reduced.iter().map(|(k, v)| (*k, v)).collect();
         self.w.push(&items)
+    }
+
+    /// How the outputs `outs` of the distinct keys `groups` (ascending, a
+    /// key's outputs in MXNet's grouping order) get their values, as MXNet's
+    /// `PullImpl` and `PushPullImpl` write them: key by key in ascending
+    /// order, each key's value copied to its outputs in its grouping order,
+    /// so an output given for several keys ends with the largest key's value.
+    ///
+    /// Each key is received into an array of its own, its `dest`: one of its
+    /// outputs when one fits (dense, the key's dtype) and no smaller key of
+    /// the call writes it (so the later keys' copies come after it is read),
+    /// without a copy; else a new array. The key's other outputs are copied
+    /// from it once the call's replies are in (`write_outputs`).
+    fn plan_outputs(&self, groups: &[(i32, Vec<usize>)], outs: &[NDArray]) -> Result<Vec<Fill>> {
+        // the smallest key each output is given for
+        let mut first: HashMap<usize, i32> = HashMap::with_capacity(outs.len());
+        for (id, pos) in groups {
+            for &p in pos {
+                first.entry(outs[p].addr()).or_insert(*id);
+            }
+        }
+        let mut plan = Vec::with_capacity(groups.len());
+        for (id, pos) in groups {
+            let info = self.info(*id);
+            for &p in pos {
+                ensure!(
+                    outs[p].shape() == &info.shape,
+                    "operands shape mismatch from.shape = {} to.shape={}",
+                    info.shape,
+                    outs[p].shape()
+                );
+            }
+            let direct = pos.iter().copied().find(|&p| {
+                let o = &outs[p];
+                o.stype() == StorageType::Default
+                    && o.dtype() == info.dtype
+                    && first[&o.addr()] == *id
+            });
+            let dest = match direct {
+                Some(p) => outs[p].clone(),
+                None => NDArray::zeros(info.shape, info.dtype, outs[pos[0]].ctx())?,
+            };
+            let copies = pos
+                .iter()
+                .copied()
+                .filter(|&p| !outs[p].same(&dest))
+                .collect();
+            plan.push(Fill {
+                id: *id,
+                dest,
+                copies,
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Pulls the (dense) keys `ids` into `outs` (see `plan_outputs`).
+    fn pull_ids(&self, ids: &[i32], outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
+        let mut groups = Vec::new();
+        for (id, pos) in group(ids) {
+            let info = self.info(id);
+            if info.stype == StorageType::RowSparse {
+                if ignore_sparse {
+                    continue;
+                }
+                bail!("key {id} is row_sparse: use row_sparse_pull to pull it from a distributed store");
+            }
+            check_float(&format!("pull of key {id}"), info.dtype)?;
+            groups.push((id, pos));
+        }
+        let plan = self.plan_outputs(&groups, outs)?;
+        let items: Vec<(i32, &NDArray)> = plan.iter().map(|f| (f.id, &f.dest)).collect();
+        self.w.pull(&items)?;
+        write_outputs(&plan, outs)
+    }
+
+    fn pull(&self, keys: Keys<'_>, outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
+        self.check_open()?;
+        ensure!(
+            keys.len() == outs.len(),
+            "{} keys for {} outputs",
+            keys.len(),
+            outs.len()
+        );
+        let ids = self.ids(keys)?;
+        self.pull_ids(&ids, outs, ignore_sparse)
     }
 
     /// The array a key's value is pulled into: `out` itself when it fits,
@@ -467,59 +591,6 @@ impl WorkerSide {
         } else {
             Ok((NDArray::zeros(info.shape, info.dtype, out.ctx())?, false))
         }
-    }
-
-    /// Pulls the (dense) keys `ids` into `outs`: one request per distinct
-    /// key, copied to that key's other outputs.
-    fn pull_ids(&self, ids: &[i32], outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
-        let mut plan: Vec<(i32, NDArray, Vec<usize>)> = Vec::new();
-        let mut at: HashMap<i32, usize> = HashMap::new();
-        for (i, (&id, out)) in ids.iter().zip(outs).enumerate() {
-            let info = self.info(id);
-            if info.stype == StorageType::RowSparse {
-                if ignore_sparse {
-                    continue;
-                }
-                bail!("key {id} is row_sparse: use row_sparse_pull to pull it from a distributed store");
-            }
-            check_float(&format!("pull of key {id}"), info.dtype)?;
-            match at.get(&id) {
-                Some(&p) => {
-                    ensure!(
-                        out.shape() == &info.shape,
-                        "operands shape mismatch from.shape = {} to.shape={}",
-                        info.shape,
-                        out.shape()
-                    );
-                    plan[p].2.push(i)
-                }
-                None => {
-                    let (dest, direct) = self.dest_for(id, out)?;
-                    at.insert(id, plan.len());
-                    plan.push((id, dest, if direct { vec![] } else { vec![i] }));
-                }
-            }
-        }
-        let items: Vec<(i32, &NDArray)> = plan.iter().map(|(k, d, _)| (*k, d)).collect();
-        self.w.pull(&items)?;
-        for (_, dest, rest) in &plan {
-            for &i in rest {
-                outs[i].copy_from(dest)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn pull(&self, keys: Keys<'_>, outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
-        self.check_open()?;
-        ensure!(
-            keys.len() == outs.len(),
-            "{} keys for {} outputs",
-            keys.len(),
-            outs.len()
-        );
-        let ids = self.ids(keys)?;
-        self.pull_ids(&ids, outs, ignore_sparse)
     }
 
     fn push_pull(

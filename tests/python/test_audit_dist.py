@@ -9,7 +9,7 @@ they were fixed.
 * ``shared``: pushpull([5, 6], [a, b], out=[[x, y], x]) with y of another dtype: y is
   key 5's output alone and must hold a (1.0); mxkv gives it b (20.0), copied from x after
   key 6's reply overwrote x.
-* ``pull``: pull([7, 5, 6], out=[[x, y], x, [y, x]]) leaves key 6's value in x and y
+* ``pull``: pull([7, 5, 6], out=[[x, y], x, [y, x]]) left key 6's value in x and y
   (the key listed last); MXNet leaves key 7's (the largest).
 """
 import os
@@ -40,8 +40,7 @@ def results(lib):
     pytest.param('shared', marks=pytest.mark.xfail(
         strict=True, reason='src/dist: pushpull copies an output from another key\'s output '
                             'that a later key overwrote')),
-    pytest.param('pull', marks=pytest.mark.xfail(
-        strict=True, reason='src/dist: pull writes outputs in call order')),
+    'pull',
 ])
 def test_dist_shared_outputs_as_mxnet(case):
     if not _has_mxnet():
