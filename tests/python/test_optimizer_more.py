@@ -1,5 +1,5 @@
 """The optimizers MXNet 1.9.1 has besides SGD/NAG/Adam/AdaGrad/RMSProp/AdaDelta/Signum:
-Ftrl, FTML, Adamax, Nadam, DCASGD, SGLD, LAMB, LARS, LBSGD.
+Ftrl, FTML, Adamax, Nadam, DCASGD, SGLD, LAMB, LARS, LBSGD, ccSGD.
 
 Before, ``mxkv.optimizer.create('ftrl')`` raised ``ValueError: Cannot find optimizer``.
 Each is checked against real MXNet 1.9.1 through ``KVStore.set_optimizer``: 20 steps of
@@ -62,6 +62,7 @@ CASES = [
                'rescale_grad': 0.5}),
     ('lbsgd', {'batch_scale': 2, 'warmup_strategy': 'sqrt', 'begin_epoch': 1,
                'lr_scheduler': 'factor'}),
+    ('ccsgd', {'momentum': 0.9, 'learning_rate': 0.05, 'wd': 1e-4, 'rescale_grad': 0.125}),
 ]
 
 
@@ -364,7 +365,8 @@ PICKLE_CASES = [('Ftrl', {'lamda1': 0.02, 'beta': 0.5, 'wd': 0.1}),
                 ('SGLD', {'learning_rate': 0.2}),
                 ('LAMB', {'lower_bound': 0.1, 'bias_correction': False}),
                 ('LARS', {'momentum': 0.9, 'eta': 0.01, 'momentum_correction': False}),
-                ('LBSGD', {'momentum': 0.9, 'warmup_strategy': 'sqrt', 'batch_scale': 4})]
+                ('LBSGD', {'momentum': 0.9, 'warmup_strategy': 'sqrt', 'batch_scale': 4}),
+                ('ccSGD', {'momentum': 0.9, 'wd': 0.01})]
 
 
 @pytest.mark.parametrize('name,kwargs', PICKLE_CASES)
@@ -385,7 +387,7 @@ def test_dist_pickle_both_ways(both, name, kwargs):
 
 def test_registry(mxkv):
     for name in ('ftrl', 'ftml', 'adamax', 'nadam', 'dcasgd', 'sgld', 'lamb', 'lars',
-                 'lbsgd'):
+                 'lbsgd', 'ccsgd'):
         opt = mxkv.optimizer.create(name)
         assert type(opt).__name__.lower() == name
         assert isinstance(opt, mxkv.optimizer.Optimizer)

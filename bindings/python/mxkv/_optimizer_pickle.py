@@ -101,7 +101,7 @@ MAX_OPCODES = 1000000
 #: MXNet 1.9.1's mxnet.optimizer.optimizer)
 OPTIMIZERS = ('SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum', 'Ftrl',
               'FTML', 'Adamax', 'Nadam', 'DCASGD', 'SGLD', 'LAMB', 'LARS',
-              'LBSGD', 'Test')
+              'LBSGD', 'ccSGD', 'Test')
 #: lr schedulers a server accepts (mxkv.lr_scheduler, mxnet.lr_scheduler)
 LR_SCHEDULERS = ('FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
                  'CosineScheduler')

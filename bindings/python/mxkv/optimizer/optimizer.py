@@ -29,7 +29,7 @@ from .._numerics import dmlc_float, dmlc_double, strtof
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
            'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS', 'LBSGD',
-           'Test', 'Updater', 'create', 'get_updater', 'register']
+           'ccSGD', 'Test', 'Updater', 'create', 'get_updater', 'register']
 
 
 # --- kernel helpers -------------------------------------------------------------
@@ -591,8 +591,9 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
 def _nrm2(values, dtype=np.float32):
     """NDArray.norm() (ord 2) of a float32 or float64 array on cpu: mshadow_op::nrm2's
     scaled sum of squares in the array's dtype, element after element
-    (seq_reduce_compute), then scale * sqrt(sum).  Finite arrays run a segment at a time: between two elements that
-    raise the running maximum, the sum is a sequential cumsum of (|x| / scale)**2."""
+    (seq_reduce_compute), then scale * sqrt(sum).  Finite arrays run a segment at a
+    time: between two elements that raise the running maximum, the sum is a sequential
+    cumsum of (|x| / scale)**2."""
     dt = np.dtype(dtype).type
     flat = np.ascontiguousarray(values, dtype=dt).reshape(-1)
     with _errstate():
@@ -1678,6 +1679,13 @@ class LBSGD(Optimizer):
         else:
             with _StandIns(weight, None, _is_rsp(grad), 'SGDUpdate') as (w, _):
                 _sgd_update(w, grad, 0.0, wd, 1.0, -1.0)
+
+
+@register
+class ccSGD(SGD):  # pylint: disable=invalid-name
+    """[DEPRECATED] Same as `SGD` (MXNet keeps it for backward compatibility)."""
+    def __init__(self, *args, **kwargs):  # pylint: disable=useless-super-delegation
+        super(ccSGD, self).__init__(*args, **kwargs)
 
 
 @register
