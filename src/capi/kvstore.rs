@@ -967,7 +967,7 @@ pub unsafe extern "C-unwind" fn MXKVStoreRunServer(
             let mut thrown: Option<Error> = None;
             let mut call = |head: i32, body: &[u8]| {
                 if let Some(f) = controller {
-                    let body = CString::new(body.to_vec()).unwrap_or_default();
+                    let body = controller_body(body);
                     let r = guarded(
                         || format!("the server controller (command {head})"),
                         // SAFETY: the caller's controller with MXNet's signature,
@@ -987,6 +987,13 @@ pub unsafe extern "C-unwind" fn MXKVStoreRunServer(
             thrown.map_or(Ok(()), Err)
         })
     })
+}
+
+/// A command's body as the controller gets it: MXNet's `RunServer` passes
+/// `body.c_str()` of the received string, which ends at its first NUL byte.
+fn controller_body(body: &[u8]) -> CString {
+    let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+    CString::new(&body[..end]).expect("no NUL before the end")
 }
 
 /// Sends a command to the servers (no-op for local stores).
@@ -1024,6 +1031,16 @@ pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
 #[cfg(test)]
 mod tests {
     use super::StoreCount;
+
+    /// A body holding a NUL byte reached the controller as "" (MXNet's
+    /// controller gets the bytes before the NUL).
+    #[test]
+    fn a_controller_body_ends_at_its_first_nul() {
+        assert_eq!(super::controller_body(b"lr=0.1").as_bytes(), b"lr=0.1");
+        assert_eq!(super::controller_body(b"ab\0cd\0").as_bytes(), b"ab");
+        assert_eq!(super::controller_body(b"\0x").as_bytes(), b"");
+        assert_eq!(super::controller_body(b"").as_bytes(), b"");
+    }
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
