@@ -580,3 +580,19 @@ def test_norm_as_mxnet(both, dtype):
             x = x.astype(dtype)
             expected = mxnet.nd.array(x, dtype=dtype).norm().asnumpy()[0]
             assert_same_bits(expected, _nrm2(x, dtype), '%s %d %d' % (dtype, n, kind))
+
+
+def test_lbsgd_leaves_logging_unconfigured():
+    """MXNet's LBSGD logs with logging.info, which runs logging.basicConfig when nothing
+    has configured logging; the server's optimizer tables build an LBSGD, and that gave a
+    dist server's refusal messages an 'ERROR:mxkv.kvstore_server:' prefix
+    (test_optimizer_pickle_numpy.py failed). mxkv's LBSGD logs through a module logger."""
+    code = ('import logging, mxkv\n'
+            'from mxkv import _optimizer_pickle as op\n'
+            'op._Tables.get()\n'
+            'mxkv.optimizer.LBSGD(batch_scale=2)\n'
+            'print(len(logging.getLogger().handlers))\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=120, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == '0'

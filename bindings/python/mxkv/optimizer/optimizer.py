@@ -1578,10 +1578,12 @@ class LBSGD(Optimizer):
                  warmup_epochs=5, batch_scale=1, updates_per_epoch=32, begin_epoch=0,
                  num_epochs=60, **kwargs):
         super(LBSGD, self).__init__(**kwargs)
-        logging.info('Running Large-Batch SGD Algorithm')
-        logging.info('(Batch_scale=%f, warmup_epochs=%d, warmup_strategy=%s, '
-                     'updates_per_epoch=%d)', batch_scale, warmup_epochs, warmup_strategy,
-                     updates_per_epoch)
+        # MXNet logs through the root logger (logging.info), which configures logging
+        # (basicConfig) as a side effect when nothing has; a module logger does not
+        log = logging.getLogger(__name__)
+        log.info('Running Large-Batch SGD Algorithm')
+        log.info('(Batch_scale=%f, warmup_epochs=%d, warmup_strategy=%s, updates_per_epoch=%d)',
+                 batch_scale, warmup_epochs, warmup_strategy, updates_per_epoch)
         self.momentum = momentum
         self.multi_precision = multi_precision
         self.warmup_strategy = warmup_strategy
