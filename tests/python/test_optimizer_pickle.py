@@ -201,6 +201,28 @@ CASES = {
                                             'learning_rate': 0.02}},
     'signsgd': {'name': 'signum', 'kwargs': {'momentum': 0.0, 'wd': 0.1}},
     'test': {'name': 'test', 'kwargs': {'rescale_grad': 0.5}},
+    # the optimizers added after the first eight (SGLD aside: its noise is not MXNet's)
+    'ftrl': {'name': 'ftrl', 'kwargs': {'lamda1': 0.001, 'learning_rate': 0.3, 'wd': 0.01,
+                                        'beta': 0.5, 'clip_gradient': 0.4}},
+    'ftml-cosine': {'name': 'ftml', 'kwargs': {'beta1': 0.5, 'epsilon': 1e-6},
+                    'sched': ('CosineScheduler', {'max_update': 17, 'base_lr': 0.05,
+                                                  'final_lr': 0.01}),
+                    'pre_steps': 2},
+    'adamax': {'name': 'adamax', 'kwargs': {'wd': 0.01, 'clip_gradient': 0.3,
+                                            'beta1': 0.8}},
+    'nadam-resumed': {'name': 'nadam', 'kwargs': {'schedule_decay': 0.01,
+                                                  'rescale_grad': 0.5},
+                      'pre_steps': 3},
+    'dcasgd': {'name': 'dcasgd', 'kwargs': {'lamda': 0.1, 'wd': 0.01, 'learning_rate': 0.1}},
+    'lamb': {'name': 'lamb', 'kwargs': {'wd': 0.01, 'lower_bound': 0.5, 'upper_bound': 1.2},
+             'pre_steps': 2},
+    'lars-factor': {'name': 'lars', 'kwargs': {'momentum': 0.9, 'eta': 0.01, 'wd': 0.01},
+                    'sched': ('FactorScheduler', {'step': 2, 'factor': 0.7, 'base_lr': 0.1}),
+                    'pre_steps': 3},
+    'lbsgd': {'name': 'lbsgd', 'kwargs': {'momentum': 0.9, 'batch_scale': 2,
+                                          'warmup_strategy': 'power2', 'warmup_epochs': 1,
+                                          'updates_per_epoch': 4}},
+    'ccsgd': {'name': 'ccsgd', 'kwargs': {'momentum': 0.9, 'wd': 1e-3}},
     # names outside ASCII: MXNet's own worker cannot send these (its py_str fails on the
     # latin-1 byte protocol 0 writes for U+00E9), ours escapes them
     'sgd-unicode-names': {'name': 'sgd', 'kwargs': {
@@ -267,8 +289,8 @@ def _run_ref(script, arg, cwd):
 def _clean_env():
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('PYTHON', 'MXKV_', 'DMLC_', 'PS_'))}
-    env['MXNET_OPTIMIZER_AGGREGATION_SIZE'] = os.environ.get(
-        'MXNET_OPTIMIZER_AGGREGATION_SIZE', '4')
+    # (MXNET_OPTIMIZER_AGGREGATION_SIZE as here, or unset as here: SGD and LARS default to
+    # 4 and LAMB to 45 in both libraries)
     return env
 
 
@@ -341,7 +363,10 @@ def test_dumps_loads_on_real_mxnet_server(served, case):
     top = res['loaded']
     assert top[0] == 'obj' and top[1] == 'mxnet.optimizer.optimizer.' + \
         {'sgd': 'SGD', 'nag': 'NAG', 'adam': 'Adam', 'adagrad': 'AdaGrad', 'rmsprop': 'RMSProp',
-         'adadelta': 'AdaDelta', 'signum': 'Signum', 'test': 'Test'}[CASES[case]['name']]
+         'adadelta': 'AdaDelta', 'signum': 'Signum', 'test': 'Test', 'ftrl': 'Ftrl',
+         'ftml': 'FTML', 'adamax': 'Adamax', 'nadam': 'Nadam', 'dcasgd': 'DCASGD',
+         'lamb': 'LAMB', 'lars': 'LARS', 'lbsgd': 'LBSGD',
+         'ccsgd': 'ccSGD'}[CASES[case]['name']]
     assert top == _as_mxnet(expected[case])
     # ... which is what MXNet itself builds from the same arguments
     assert top == res['native']
