@@ -596,3 +596,15 @@ def test_lbsgd_leaves_logging_unconfigured():
                           timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == '0'
+
+
+@pytest.mark.parametrize('name', ['ftrl', 'ftml', 'adamax', 'nadam', 'dcasgd', 'sgld', 'lamb',
+                                  'lars', 'lbsgd', 'ccsgd'])
+def test_multi_precision_is_refused(mxkv, name):
+    """mxkv keeps no float32 master copies (README): float16 weights with
+    multi_precision=True are refused from the push, for the new optimizers too"""
+    kv = mxkv.kv.create('local')
+    kv.init(0, mxkv.nd.zeros((3, 4), dtype='float16'))
+    kv.set_optimizer(mxkv.optimizer.create(name, multi_precision=True))
+    with pytest.raises(mxkv.base.MXKVUsageError, match='multi_precision is not supported'):
+        kv.push(0, mxkv.nd.ones((3, 4), dtype='float16'))
