@@ -486,13 +486,16 @@ impl NDArray {
     }
 }
 
-/// Why [`copy_any`] refuses csr arrays.
+/// Why [`copy_any`] refuses a csr array (with a row_sparse one).
 const NO_CSR_COPY: &str =
-    "(csr arrays are not supported by this library beyond creation, filling their parts and save/load)";
+    "(csr arrays are copied to and from dense and csr arrays only, as in MXNet)";
 
-/// Copies between any dense/row_sparse pair of equal shapes, converting the
-/// dtype: dense → row_sparse stores every row holding a nonzero element;
-/// row_sparse → dense writes the stored rows over zeros. Work is
+/// Copies between any dense/row_sparse pair, and any dense/csr pair, of equal
+/// shapes, converting the dtype: dense → row_sparse stores every row holding
+/// a nonzero element, dense → csr every nonzero element (MXNet's
+/// cast_storage); row_sparse or csr → dense writes the stored values over
+/// zeros (a csr with stored values needs rows + 1 offsets and columns in
+/// range: MXNet reads and writes outside its buffers otherwise). Work is
 /// proportional to the bytes and stored rows involved, never to the number
 /// of rows alone (rows of no elements are never visited).
 ///
@@ -612,12 +615,137 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             }
             Ok(())
         }
+        (StorageType::Default, StorageType::Csr) => {
+            // MXNet's cast_storage dense -> csr: per row the elements != 0
+            // (-0.0 counts as zero, NaN does not), in column order.
+            let cols = src.shape().dims()[1] as usize;
+            let (mut indptr, mut cols_of, mut at) = (vec![0i64], Vec::new(), Vec::new());
+            if cols > 0 {
+                let g = src.read();
+                crate::with_dtype!(src.dtype(), T => {
+                    let v: &[T] = g.typed();
+                    for row in v.chunks_exact(cols) {
+                        for (c, x) in row.iter().enumerate() {
+                            if !is_zero(*x) {
+                                cols_of.push(c as i64);
+                                at.push(indptr.len() - 1);
+                            }
+                        }
+                        indptr.push(cols_of.len() as i64);
+                    }
+                });
+            } else {
+                indptr.resize(src.shape().dims()[0] as usize + 1, 0);
+            }
+            // the positions of the stored elements, row by row
+            let mut flat = Vec::with_capacity(cols_of.len());
+            flat.extend(
+                at.iter()
+                    .zip(&cols_of)
+                    .map(|(&r, &c)| r * cols + c as usize),
+            );
+            let data = gather_elements(src, &flat, dst.dtype(), dst.ctx())?;
+            let aux = vec![
+                index_array(dst.ctx(), &indptr)?,
+                index_array(dst.ctx(), &cols_of)?,
+            ];
+            dst.replace_parts(Parts { data, aux });
+            Ok(())
+        }
+        (StorageType::Csr, StorageType::Default) => {
+            let p = src.parts()?;
+            let indptr = p.aux[0].read().typed::<i64>().to_vec();
+            let idx = p.aux[1].read().typed::<i64>().to_vec();
+            let (rows, cols) = (src.shape().dims()[0], src.shape().dims()[1]);
+            let mut out_positions = Vec::new();
+            let mut from = Vec::new();
+            if !idx.is_empty() {
+                // MXNet reads the first rows + 1 offsets; outside them, or
+                // outside the values or the columns, it reads or writes out
+                // of its buffers.
+                ensure!(
+                    indptr.len() as i64 > rows,
+                    "csr array of shape {} has {} stored values and an indptr of {} offsets, \
+                     not rows + 1",
+                    src.shape(),
+                    idx.len(),
+                    indptr.len()
+                );
+                let ptr = &indptr[..rows as usize + 1];
+                let nnz = idx.len().min(p.data.size()) as i64;
+                ensure!(
+                    ptr[0] >= 0
+                        && ptr.windows(2).all(|w| w[0] <= w[1])
+                        && ptr[rows as usize] <= nnz,
+                    "csr array of shape {} has an invalid indptr",
+                    src.shape()
+                );
+                for (r, w) in ptr.windows(2).enumerate() {
+                    for k in w[0]..w[1] {
+                        let c = idx[k as usize];
+                        ensure!(
+                            (0..cols).contains(&c),
+                            "column index {c} is out of range [0, {cols}) in a csr array"
+                        );
+                        out_positions.push(r * cols as usize + c as usize);
+                        from.push(k as usize);
+                    }
+                }
+            }
+            let data = p.data.read();
+            let mut out = dst.write();
+            out.overwrite().fill(0);
+            let (ssize, dsize) = (src.dtype().size(), dst.dtype().size());
+            let out = out.bytes_mut();
+            for (&o, &k) in out_positions.iter().zip(&from) {
+                convert_bytes(
+                    src.dtype(),
+                    &data.bytes()[k * ssize..(k + 1) * ssize],
+                    dst.dtype(),
+                    &mut out[o * dsize..(o + 1) * dsize],
+                );
+            }
+            Ok(())
+        }
+        (StorageType::Csr, StorageType::Csr) => {
+            let p = src.parts()?;
+            let all: Vec<usize> = (0..p.data.size()).collect();
+            let data = gather_elements(&p.data, &all, dst.dtype(), dst.ctx())?;
+            let aux = p
+                .aux
+                .iter()
+                .map(|a| a.copy_to_ctx(dst.ctx()))
+                .collect::<Result<Vec<_>>>()?;
+            dst.replace_parts(Parts { data, aux });
+            Ok(())
+        }
         (s, d) => bail!(
             "copying storage type {} into storage type {} is not supported {NO_CSR_COPY}",
             s.code(),
             d.code()
         ),
     }
+}
+
+/// A new 1-d array of `dtype` holding the elements of dense `src` at the
+/// flat positions `at`, converted as a copy converts them.
+fn gather_elements(src: &NDArray, at: &[usize], dtype: DType, ctx: Context) -> Result<NDArray> {
+    let out = NDArray::zeros(Shape(vec![at.len() as i64]), dtype, ctx)?;
+    if !at.is_empty() {
+        let (ssize, dsize) = (src.dtype().size(), dtype.size());
+        let s = src.read();
+        // `out` is new: locking it cannot wait on `src`'s lock.
+        let mut d = out.write();
+        for (&k, o) in at.iter().zip(d.bytes_mut().chunks_exact_mut(dsize)) {
+            convert_bytes(
+                src.dtype(),
+                &s.bytes()[k * ssize..(k + 1) * ssize],
+                dtype,
+                o,
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// `x == 0` in the element type's own comparison (so -0.0 is zero, NaN is not).
@@ -1372,5 +1500,62 @@ mod tests {
         let r = rsp(4, &[], &[]);
         assert!(msg(r.set_part(-1, &dense(&[2], &[1., 2.]))).contains("does not fit"));
         r.set_part(-1, &dense(&[1, 2], &[1., 2.])).unwrap();
+    }
+
+    /// dense <-> csr as MXNet's cast_storage: the elements != 0 (NaN stored,
+    /// -0.0 not) in row and column order, dtypes converted; csr -> csr copies
+    /// the parts; row_sparse <-> csr stays refused (MXNet has no such cast).
+    #[test]
+    fn csr_copies_to_and_from_dense() {
+        let nan = f32::NAN;
+        let d = dense(&[3, 3], &[0., 1.5, -0., 0., 0., 0., nan, 0., 2.]);
+        let c = csr(3, 3, 4, 0);
+        c.copy_from(&d).unwrap();
+        let p = c.parts().unwrap();
+        assert_eq!(p.aux[0].read().typed::<i64>(), &[0, 1, 1, 3]);
+        assert_eq!(p.aux[1].read().typed::<i64>(), &[1, 0, 2]);
+        let vals = p.data.read().typed::<f32>().to_vec();
+        assert!(vals[0] == 1.5 && vals[1].is_nan() && vals[2] == 2.);
+        c.check_format(true).unwrap();
+        let back = dense_of(&c);
+        assert_eq!(back[..6], [0., 1.5, 0., 0., 0., 0.]);
+        assert!(back[6].is_nan() && back[8] == 2.);
+        // into another dtype, and csr -> csr
+        let ints = NDArray::sparse_zeros(
+            StorageType::Csr,
+            Shape(vec![3, 3]),
+            DType::I32,
+            Context::CPU0,
+            &[DType::I64, DType::I64],
+            &[Shape(vec![0]), Shape(vec![0])],
+        )
+        .unwrap();
+        ints.copy_from(&c).unwrap();
+        assert_eq!(ints.parts().unwrap().data.read().typed::<i32>()[0], 1);
+        assert_eq!(
+            ints.parts().unwrap().aux[0].read().typed::<i64>(),
+            &[0, 1, 1, 3]
+        );
+        // no rows, no columns
+        let empty = csr(2, 0, 3, 0);
+        empty
+            .copy_from(&NDArray::zeros(Shape(vec![2, 0]), DType::F32, Context::CPU0).unwrap())
+            .unwrap();
+        assert_eq!(
+            empty.parts().unwrap().aux[0].read().typed::<i64>(),
+            &[0, 0, 0]
+        );
+        // stored values with a short indptr, a column out of range: refused
+        let msg = |r: Result<()>| r.unwrap_err().message().to_string();
+        let short = csr(3, 3, 2, 1);
+        short.set_part(-1, &dense(&[1], &[4.])).unwrap();
+        let out = NDArray::zeros(Shape(vec![3, 3]), DType::F32, Context::CPU0).unwrap();
+        assert!(msg(out.copy_from(&short)).contains("not rows + 1"));
+        let wide = csr(3, 3, 4, 1);
+        wide.set_part(0, &i64s(&[0, 1, 1, 1])).unwrap();
+        wide.set_part(1, &i64s(&[7])).unwrap();
+        assert!(msg(out.copy_from(&wide)).contains("out of range"));
+        assert!(rsp(3, &[], &[]).copy_from(&c).is_err());
+        assert!(c.copy_from(&rsp(3, &[], &[])).is_err());
     }
 }
