@@ -44,6 +44,10 @@ struct KeyInfo {
     comm: Arc<CommKey>,
 }
 
+/// A distinct key of a push: its id, its merge buffers and the positions
+/// of its values in MXNet's grouping order.
+type PushGroup = (i32, Arc<CommKey>, Vec<usize>);
+
 /// How one key of a pull or pushpull fills its outputs (see
 /// `WorkerSide::plan_outputs`).
 struct Fill {
@@ -440,11 +444,7 @@ impl WorkerSide {
     /// The checked values of a push or pushpull: per distinct key
     /// (ascending), its merge buffers and the positions of its values in
     /// MXNet's grouping order.
-    fn push_groups(
-        &self,
-        ids: &[i32],
-        vals: &[NDArray],
-    ) -> Result<Vec<(i32, Arc<CommKey>, Vec<usize>)>> {
+    fn push_groups(&self, ids: &[i32], vals: &[NDArray]) -> Result<Vec<PushGroup>> {
         ensure!(
             ids.len() == vals.len(),
             "{} keys for {} values",
@@ -576,23 +576,17 @@ impl WorkerSide {
         self.pull_ids(&ids, outs, ignore_sparse)
     }
 
-    /// The array a key's value is pulled into: `out` itself when it fits,
-    /// else a new one of the key's shape and dtype.
-    fn dest_for(&self, id: i32, out: &NDArray) -> Result<(NDArray, bool)> {
-        let info = self.info(id);
-        ensure!(
-            out.shape() == &info.shape,
-            "operands shape mismatch from.shape = {} to.shape={}",
-            info.shape,
-            out.shape()
-        );
-        if out.stype() == StorageType::Default && out.dtype() == info.dtype {
-            Ok((out.clone(), true))
-        } else {
-            Ok((NDArray::zeros(info.shape, info.dtype, out.ctx())?, false))
-        }
-    }
-
+    /// MXNet's `KVStoreDist::PushPullImpl`: key by key in ascending order,
+    /// the key's values are reduced, pushed and its result pulled, then
+    /// written to its outputs (see `plan_outputs`). Every key pushed must
+    /// have outputs and every output key must be pushed, and a key's first
+    /// output (in MXNet's grouping order) must have the key's dtype, as
+    /// MXNet checks; its other outputs may be of any dtype (converted).
+    ///
+    /// The keys go out together, in as few rounds as MXNet's order allows:
+    /// a key whose pushed values include an output of a smaller key of the
+    /// call waits until that key's outputs are written (MXNet reduces it
+    /// after they are), so it starts a new round.
     fn push_pull(
         &self,
         vkeys: Keys<'_>,
@@ -609,15 +603,6 @@ impl WorkerSide {
         );
         let vids = self.ids(vkeys)?;
         let oids = self.ids(okeys)?;
-        for (id, out) in oids.iter().zip(outs) {
-            let info = self.info(*id);
-            ensure!(
-                out.shape() == &info.shape,
-                "operands shape mismatch from.shape = {} to.shape={}",
-                info.shape,
-                out.shape()
-            );
-        }
         let sparse = vals
             .iter()
             .chain(outs)
@@ -637,54 +622,53 @@ impl WorkerSide {
             "Expected push_stype and pull_stype of value to be kDefaultStorage: \
              a dist store's pushpull takes dense values and outputs (push, then row_sparse_pull)"
         );
-        let reduced = self.reduce(&vids, vals)?;
-        // per pushed key: the value, the output pulled into (the first of
-        // the key's outputs that fits, else a new array), the other outputs
-        let mut plan: Vec<(i32, NDArray, Option<NDArray>, Vec<usize>)> = Vec::new();
-        let mut pushed: HashMap<i32, usize> = HashMap::new();
-        for (k, v) in reduced {
-            pushed.insert(k, plan.len());
-            plan.push((k, v, None, vec![]));
+        let pushed = self.push_groups(&vids, vals)?;
+        let ogroups = group(&oids);
+        ensure!(
+            pushed.len() == ogroups.len() && pushed.iter().zip(&ogroups).all(|(p, o)| p.0 == o.0),
+            "List of push and pull keys are different: a dist store's pushpull needs outputs \
+             for each key it pushes and pushes each key it pulls (push, then pull)"
+        );
+        for (id, pos) in &ogroups {
+            let (want, got) = (self.info(*id).dtype, outs[pos[0]].dtype());
+            ensure!(
+                want == got,
+                "Output buffer dtype is different (key {id}: pushed {}, first output {})",
+                want.name(),
+                got.name()
+            );
         }
-        let mut pull_only: Vec<usize> = Vec::new();
-        for (i, id) in oids.iter().enumerate() {
-            match pushed.get(id) {
-                Some(&p) => {
-                    if plan[p].2.is_none() {
-                        if let (d, true) = self.dest_for(*id, &outs[i])? {
-                            plan[p].2 = Some(d);
-                            continue;
-                        }
-                    }
-                    plan[p].3.push(i)
-                }
-                None => pull_only.push(i),
+        let plan = self.plan_outputs(&ogroups, outs)?;
+        let mut written: std::collections::HashSet<usize> = Default::default();
+        let mut round: Vec<(usize, NDArray)> = Vec::new();
+        for (i, (_, key, vpos)) in pushed.iter().enumerate() {
+            if !round.is_empty() && vpos.iter().any(|&p| written.contains(&vals[p].addr())) {
+                self.push_pull_round(&plan, &round, outs)?;
+                round.clear();
+                written.clear();
             }
+            let group_vals: Vec<&NDArray> = vpos.iter().map(|&p| &vals[p]).collect();
+            round.push((i, self.comm.reduce_to_send(key, &group_vals)?));
+            written.extend(ogroups[i].1.iter().map(|&p| outs[p].addr()));
         }
-        let mut ready = Vec::with_capacity(plan.len());
-        for (k, v, d, rest) in plan {
-            let d = match d {
-                Some(d) => d,
-                None => {
-                    let info = self.info(k);
-                    NDArray::zeros(info.shape, info.dtype, v.ctx())?
-                }
-            };
-            ready.push((k, v, d, rest));
-        }
-        let plan = ready;
-        let items: Vec<(i32, &NDArray, &NDArray)> =
-            plan.iter().map(|(k, v, d, _)| (*k, v, d)).collect();
+        self.push_pull_round(&plan, &round, outs)
+    }
+
+    /// Pushes and pulls the keys `round` (index in `plan`, reduced value)
+    /// and writes their outputs.
+    fn push_pull_round(
+        &self,
+        plan: &[Fill],
+        round: &[(usize, NDArray)],
+        outs: &[NDArray],
+    ) -> Result<()> {
+        let items: Vec<(i32, &NDArray, &NDArray)> = round
+            .iter()
+            .map(|(i, v)| (plan[*i].id, v, &plan[*i].dest))
+            .collect();
         self.w.push_pull(&items)?;
-        for (_, _, dest, rest) in &plan {
-            for &i in rest {
-                outs[i].copy_from(dest)?;
-            }
-        }
-        if !pull_only.is_empty() {
-            let ids: Vec<i32> = pull_only.iter().map(|&i| oids[i]).collect();
-            let o: Vec<NDArray> = pull_only.iter().map(|&i| outs[i].clone()).collect();
-            self.pull_ids(&ids, &o, false)?;
+        for (i, _) in round {
+            write_outputs(std::slice::from_ref(&plan[*i]), outs)?;
         }
         Ok(())
     }
@@ -1076,6 +1060,103 @@ mod tests {
             // each worker sent kController once
             assert_eq!(s.join().unwrap().unwrap(), vec![0, 0]);
         }
+        sched.join().unwrap();
+    }
+
+    /// Pull and PushPull write as MXNet's KVStoreDist does, key by key in
+    /// ascending order: a key's pushed values are read after the smaller
+    /// keys' outputs are written, an output of several keys ends with the
+    /// largest key's value, and each output gets its own key's value.
+    /// Before, every key went out at once, each into the first of its
+    /// outputs that fit (key 2 summed 10 + 12, x ended with key 1's value
+    /// and y was copied from x after key 3's reply; the pull left key 2's
+    /// value in x). A first output of another dtype and key sets that
+    /// differ are refused, as MXNet refuses them, before anything is sent.
+    #[test]
+    fn pull_and_pushpull_write_key_by_key_as_mxnet() {
+        let cfg = |role, port| Config::local(role, port, 1, 1, std::time::Duration::from_secs(30));
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
+        let port = sched.port();
+        let server = std::thread::spawn(move || -> Result<()> {
+            DistStore::new(b"dist_sync".to_vec(), cfg(Role::Server, port))?
+                .run_server(&mut |_, _| {})
+        });
+        let s = DistStore::new(b"dist_sync".to_vec(), cfg(Role::Worker, port)).unwrap();
+        let z = || f32s(&[0.0; 3]);
+        let f64s = || NDArray::zeros(Shape(vec![3]), DType::F64, Context::CPU0).unwrap();
+        s.init(Keys::Int(&[1, 2, 3]), &[z(), z(), z()]).unwrap();
+        // key 1's output b0 is pushed for key 2 (one worker: a result is
+        // the sum pushed)
+        let (b0, c) = (f32s(&[10.0; 3]), z());
+        s.push_pull(
+            Keys::Int(&[1, 2, 2]),
+            &[f32s(&[1.0; 3]), b0.clone(), f32s(&[12.0; 3])],
+            Keys::Int(&[1, 2, 2]),
+            &[b0.clone(), c.clone(), c.clone()],
+            0,
+        )
+        .unwrap();
+        assert_eq!(b0.to_f64_vec(), vec![1.0; 3]);
+        assert_eq!(c.to_f64_vec(), vec![13.0; 3]);
+        // x: an output of keys 3 and 1; y (float64): key 1's alone
+        let (x, y) = (z(), f64s());
+        s.push_pull(
+            Keys::Int(&[3, 1]),
+            &[f32s(&[30.0; 3]), f32s(&[2.0; 3])],
+            Keys::Int(&[3, 1, 1]),
+            &[x.clone(), x.clone(), y.clone()],
+            0,
+        )
+        .unwrap();
+        assert_eq!(x.to_f64_vec(), vec![30.0; 3]);
+        assert_eq!(y.to_f64_vec(), vec![2.0; 3]);
+        let e = s
+            .push_pull(
+                Keys::Int(&[1, 2]),
+                &[f32s(&[5.0; 3]), f32s(&[5.0; 3])],
+                Keys::Int(&[1, 2, 2]),
+                &[z(), f64s(), z()],
+                0,
+            )
+            .unwrap_err();
+        assert!(
+            e.message().contains("Output buffer dtype is different"),
+            "{}",
+            e.message()
+        );
+        let e = s
+            .push_pull(
+                Keys::Int(&[1]),
+                &[f32s(&[5.0; 3])],
+                Keys::Int(&[1, 2]),
+                &[z(), z()],
+                0,
+            )
+            .unwrap_err();
+        assert!(
+            e.message()
+                .contains("List of push and pull keys are different"),
+            "{}",
+            e.message()
+        );
+        // nothing of the refused calls was pushed; the largest key's value
+        // is left in x
+        let (x, y) = (z(), f64s());
+        s.pull(
+            Keys::Int(&[3, 1, 2, 1]),
+            &[x.clone(), x.clone(), x.clone(), y.clone()],
+            0,
+            true,
+        )
+        .unwrap();
+        assert_eq!(x.to_f64_vec(), vec![30.0; 3]);
+        assert_eq!(y.to_f64_vec(), vec![2.0; 3]);
+        let o = z();
+        s.pull(Keys::Int(&[2]), std::slice::from_ref(&o), 0, true)
+            .unwrap();
+        assert_eq!(o.to_f64_vec(), vec![13.0; 3]);
+        s.close().unwrap();
+        server.join().unwrap().unwrap();
         sched.join().unwrap();
     }
 

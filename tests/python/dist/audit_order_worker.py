@@ -9,6 +9,10 @@ Prints one ``RESULT <name> <values>`` line per case, for a job of 1 worker and 1
 ``shared``  pushpull of keys [5, 6] with outputs [[X, Y], X]: Y is key 5's alone.
 ``pull``    pull of keys [7, 5, 6] into [[X, Y], X, [Y, X]]: X and Y end with key 7's value,
             the largest key's.
+``pushed``  pushpull of keys [8, 9, 9] with values [A, B0, B1] and outputs [B0, C, C]: key 9
+            sums B0 as key 8's pushpull left it.
+``dtype``   pushpull of key 8 into two outputs: refused when the first is not float32 (the
+            key's dtype); the other converted.
 """
 import os
 
@@ -42,6 +46,22 @@ def main():
     y = mx.nd.zeros((3,), dtype='int32')
     kv.pull([7, 5, 6], out=[[x, y], x, [y, x]])
     print('RESULT pull', x.asnumpy().tolist(), y.asnumpy().tolist(), flush=True)
+    # an output of key 8 that is a value pushed for key 9: key 9 sums it as key 8's
+    # pushpull left it (keys go key by key)
+    kv.init([8, 9], [mx.nd.zeros((3,)), mx.nd.zeros((3,))])
+    a, b0, b1, c = (mx.nd.ones((3,)) * v for v in (1, 10, 12, 0))
+    kv.pushpull([8, 9, 9], [a, b0, b1], out=[b0, c, c])
+    print('RESULT pushed', b0.asnumpy().tolist(), c.asnumpy().tolist(), flush=True)
+    # a key's first output of another dtype is refused; later outputs are converted
+    outs = {}
+    for name, dts in (('first', ('float64', 'float32')), ('later', ('float32', 'float64'))):
+        o = [mx.nd.zeros((3,), dtype=d) for d in dts]
+        try:
+            kv.pushpull(8, mx.nd.ones((3,)) * 3, out=o)
+            outs[name] = [v.asnumpy().tolist() for v in o]
+        except Exception as e:  # MXNetError
+            outs[name] = 'refused' if 'Output buffer dtype is different' in str(e) else str(e)
+    print('RESULT dtype', outs['first'], outs['later'], flush=True)
 
 
 main()
