@@ -9,7 +9,7 @@ use super::comm::Comm;
 use super::compression::CompressionParams;
 use super::group::group;
 use super::keys::Keys;
-use super::table::{check_value, Entry, Table};
+use super::table::{check_local_init_value, check_value, Entry, Table};
 use super::{KvStore, Updater, UpdaterSlot};
 use crate::error::Result;
 use crate::ndarray::sparse::{
@@ -30,11 +30,20 @@ pub struct LocalStore {
 }
 
 /// What a pull does with one output: write it, or skip it (sparse output with
-/// `ignore_sparse`).
+/// `ignore_sparse`). As MXNet's `CopyFromTo`, a csr output takes a dense or
+/// csr value (cast_storage dense -> csr), a row_sparse output a dense or
+/// row_sparse one; row_sparse <-> csr is refused before anything is written.
 fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<bool> {
     match out.stype() {
         StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
-        StorageType::Default | StorageType::RowSparse => {
+        StorageType::Default | StorageType::RowSparse | StorageType::Csr => {
+            let (from, to) = (stored.stype(), out.stype());
+            ensure!(
+                from == StorageType::Default || to == StorageType::Default || from == to,
+                "Check failed: from_stype == kDefaultStorage || to_stype == kDefaultStorage || from_stype == to_stype: Copying ndarray of stype = {} to stype = {} is not supported",
+                from.code(),
+                to.code()
+            );
             ensure!(
                 out.shape() == stored.shape(),
                 "operands shape mismatch from.shape = {} to.shape={}",
@@ -45,9 +54,6 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
         }
         StorageType::Undefined => {
             bail!("the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated")
-        }
-        StorageType::Csr => {
-            bail!("pull into a csr output is not supported (csr values cannot be stored)")
         }
     }
 }
@@ -201,7 +207,7 @@ impl LocalStore {
     fn copies_of(vals: &[NDArray]) -> Result<Vec<NDArray>> {
         vals.iter()
             .map(|v| {
-                check_value(v, "init")?;
+                check_local_init_value(v)?;
                 v.copy_to_ctx(Context::PINNED0)
             })
             .collect()

@@ -75,10 +75,13 @@ pub fn not_inited(name: &str) -> Error {
 const NONE_VALUE: &str =
     "the value is an empty NDArray (MXNDArrayCreateNone) with no shape or data";
 
-/// Why a csr array cannot be stored or pushed.
-const NO_CSR_VALUE: &str = "(csr values cannot be stored)";
+/// Why a csr array cannot be pushed (or stored by a distributed store).
+const NO_CSR_VALUE: &str =
+    "(csr values are never pushed, as in MXNet; only the local and device stores take them, at init)";
 
 /// Checks that a value can be stored or pushed (`what`: "init", "push").
+/// csr values are refused; the local and device stores take them at init
+/// through [`check_local_init_value`].
 pub fn check_value(v: &NDArray, what: &str) -> Result<()> {
     match v.stype() {
         StorageType::Default => Ok(()),
@@ -87,6 +90,16 @@ pub fn check_value(v: &NDArray, what: &str) -> Result<()> {
         StorageType::Csr => {
             bail!("Unexpected storage type detected during kvstore {what}: 2 {NO_CSR_VALUE}")
         }
+    }
+}
+
+/// Checks an init value of the local and device stores: as
+/// [`check_value`], but a csr value is kept (MXNet 1.9.1's `KVStoreLocal`
+/// copies it into the store; pulls cast it, a push replaces it).
+pub fn check_local_init_value(v: &NDArray) -> Result<()> {
+    match v.stype() {
+        StorageType::Csr => Ok(()),
+        _ => check_value(v, "init"),
     }
 }
 

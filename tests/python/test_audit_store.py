@@ -187,8 +187,6 @@ def pull_dense_key_into_csr(mx, kind):
     return [out.data.asnumpy(), out.indices.asnumpy(), out.indptr.asnumpy()]
 
 
-@pytest.mark.xfail(strict=True, reason='libmxkv has no dense -> csr copy (src/ndarray/sparse.rs '
-                                       'copy_any); the store refuses csr outputs')
 @pytest.mark.parametrize('kind', ['local', 'device'])
 def test_pull_dense_key_into_csr_output(both, kind):
     mxnet, mxkv = both
@@ -209,9 +207,141 @@ def csr_valued_key(mx, kind):
     return res + [dense.asnumpy()]
 
 
-@pytest.mark.xfail(strict=True, reason='README deviation 12: the store refuses csr values; '
-                                       'libmxkv has no csr <-> dense copy in src/ndarray')
 @pytest.mark.parametrize('kind', ['local', 'device'])
 def test_csr_valued_key(both, kind):
     mxnet, mxkv = both
     assert_same_bits(csr_valued_key(mxnet, kind), csr_valued_key(mxkv, kind))
+
+
+CSR_A = [[0, 1.5, 0], [0, 0, 0], [2, 0, -3]]
+
+
+def _outcome(f):
+    """f()'s result, or ('error', the message's first 'Check failed'/'Unexpected' line)."""
+    try:
+        return f()
+    except Exception as e:  # both libraries' MXNetError
+        lines = [ln.strip() for ln in str(e).splitlines()]
+        key = [ln for ln in lines if 'Check failed' in ln or 'Unexpected storage' in ln]
+        return ('error', key[0] if key else lines[0])
+
+
+def _same_outcome(a, b):
+    if isinstance(a, tuple) and a and a[0] == 'error':
+        # mxkv's messages are MXNet's text with a prefix (the C API function)
+        # and a suffix (the key, an explanation); a 'Check failed: cond: ' may be
+        # left out before the explanation
+        assert isinstance(b, tuple) and b[0] == 'error', b
+        mx_text = a[1].split('MXNetError: ')[-1]
+        if mx_text.startswith('Check failed: ') and mx_text not in b[1]:
+            mx_text = mx_text.split(': ', 2)[-1]
+        assert mx_text in b[1], (a, b)
+    else:
+        assert_same_bits(a, b)
+
+
+def csr_key_refusals(mx, kind, case):
+    """What MXNet refuses with a csr-valued key or csr values, and that the key
+    keeps its value afterwards."""
+    kv = mx.kv.create(kind)
+    a = mx.nd.array(CSR_A)
+    kv.init(0, a.tostype('csr'))
+    kv.init(1, a)
+    steps = {
+        'push_csr_on_csr': lambda: kv.push(0, a.tostype('csr')),
+        'push_csr_on_dense': lambda: kv.push(1, a.tostype('csr')),
+        'push_two_csr': lambda: kv.push(0, [a.tostype('csr'), a.tostype('csr')]),
+        'pushpull_csr_value': lambda: kv.pushpull(1, a.tostype('csr'), out=mx.nd.zeros((3, 3))),
+        'row_sparse_pull_csr_key': lambda: kv.row_sparse_pull(
+            0, out=mx.nd.sparse.zeros('row_sparse', (3, 3)), row_ids=mx.nd.array([0, 2])),
+        'pull_csr_key_into_row_sparse': lambda: kv.pull(
+            0, out=mx.nd.sparse.zeros('row_sparse', (3, 3)), ignore_sparse=False),
+        'pull_into_csr_of_other_shape': lambda: kv.pull(
+            1, out=mx.nd.sparse.zeros('csr', (2, 3)), ignore_sparse=False),
+    }
+    # MXNet reports a failed copy at the next wait
+    res = [_outcome(lambda: (steps[case](), mx.nd.waitall()))]
+    for k in (0, 1):
+        o = mx.nd.zeros((3, 3))
+        kv.pull(k, out=o)
+        res.append(o.asnumpy())
+    return res
+
+
+@pytest.mark.parametrize('case', ['push_csr_on_csr', 'push_csr_on_dense', 'push_two_csr',
+                                  'pushpull_csr_value', 'row_sparse_pull_csr_key',
+                                  'pull_csr_key_into_row_sparse', 'pull_into_csr_of_other_shape'])
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_csr_refusals_as_mxnet(both, kind, case):
+    mxnet, mxkv = both
+    a, b = csr_key_refusals(mxnet, kind, case), csr_key_refusals(mxkv, kind, case)
+    assert a[0][0] == 'error', a  # MXNet refuses each of these
+    _same_outcome(a[0], b[0])
+    assert_same_bits(a[1:], b[1:], case)
+
+
+def _csr_parts(o):
+    return [o.data.asnumpy(), o.indices.asnumpy(), o.indptr.asnumpy()]
+
+
+def csr_key_accepted(mx, kind, case):
+    """What MXNet does with a csr-valued key or a csr output besides
+    test_csr_valued_key's cases."""
+    kv = mx.kv.create(kind)
+    a = mx.nd.array(CSR_A)
+    kv.init(0, a.tostype('csr'))
+    kv.init(1, a)
+    res = []
+    if case == 'push_two_dense':
+        kv.push(0, [mx.nd.ones((3, 3)), mx.nd.ones((3, 3), ctx=mx.cpu(1))])
+    elif case == 'push_row_sparse':
+        kv.push(0, (a * 2).tostype('row_sparse'))
+    elif case == 'pushpull_dense':
+        o = mx.nd.zeros((3, 3))
+        kv.pushpull(0, mx.nd.ones((3, 3)) * 4, out=o)
+        res.append(o.asnumpy())
+    elif case == 'pushpull_into_csr_output':
+        # pushpull's pull ignores sparse outputs: the csr output stays as it was
+        o = mx.nd.sparse.zeros('csr', (3, 3))
+        kv.pushpull(1, mx.nd.ones((3, 3)), out=o)
+        res.append(_csr_parts(o))
+    elif case == 'pull_ignored':
+        # ignore_sparse=True (the default): a csr output is left as it was
+        o = mx.nd.sparse.zeros('csr', (3, 3))
+        kv.pull(1, out=o)
+        r = mx.nd.sparse.zeros('row_sparse', (3, 3))
+        kv.pull(0, out=r)
+        res += [_csr_parts(o), r.asnumpy()]
+    elif case == 'pull_other_dtypes':
+        o64, d16 = mx.nd.sparse.zeros('csr', (3, 3), dtype='float64'), mx.nd.zeros((3, 3),
+                                                                                   dtype='float16')
+        kv.pull(0, out=o64, ignore_sparse=False)
+        kv.pull(0, out=d16)
+        c64 = mx.nd.sparse.zeros('csr', (3, 3), dtype='float64')
+        kv.pull(1, out=c64, ignore_sparse=False)
+        res += [_csr_parts(o64), d16.asnumpy(), _csr_parts(c64)]
+    elif case == 'pull_many_outputs':
+        outs = [mx.nd.sparse.zeros('csr', (3, 3)), mx.nd.zeros((3, 3)),
+                mx.nd.sparse.zeros('csr', (3, 3))]
+        kv.pull([0, 0, 1], out=outs, ignore_sparse=False)
+        res += [_csr_parts(outs[0]), outs[1].asnumpy(), _csr_parts(outs[2])]
+    elif case == 'broadcast_csr':
+        d, c = mx.nd.zeros((3, 3)), mx.nd.sparse.zeros('csr', (3, 3))
+        kv.broadcast(5, a.tostype('csr'), out=d)
+        kv.pull(5, out=c, ignore_sparse=False)
+        res += [d.asnumpy(), _csr_parts(c)]
+    for k in (0, 1):
+        o = mx.nd.zeros((3, 3))
+        kv.pull(k, out=o)
+        res.append(o.asnumpy())
+    return res
+
+
+@pytest.mark.parametrize('case', ['push_two_dense', 'push_row_sparse', 'pushpull_dense',
+                                  'pushpull_into_csr_output', 'pull_ignored',
+                                  'pull_other_dtypes', 'pull_many_outputs', 'broadcast_csr'])
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_csr_key_as_mxnet(both, kind, case):
+    mxnet, mxkv = both
+    assert_same_bits(csr_key_accepted(mxnet, kind, case), csr_key_accepted(mxkv, kind, case),
+                     case)
