@@ -383,6 +383,44 @@ impl NDArray {
         Ok(idx)
     }
 
+    /// Checks that a csr array can be cast to dense as [`copy_any`] casts it
+    /// (the store checks a csr init value with it, so that its pulls fail
+    /// for no value it holds): no stored value, or at least rows + 1
+    /// offsets, the first rows + 1 of them non-negative, non-decreasing and
+    /// within the values, and every column they cover in range.
+    pub fn check_csr_densifiable(&self) -> Result<()> {
+        ensure!(self.stype() == StorageType::Csr, "not a csr array");
+        let p = self.parts()?;
+        let indptr = p.aux[0].read().typed::<i64>().to_vec();
+        let idx = p.aux[1].read().typed::<i64>().to_vec();
+        let (rows, cols) = (self.shape().dims()[0], self.shape().dims()[1]);
+        if idx.is_empty() {
+            return Ok(());
+        }
+        ensure!(
+            indptr.len() as i64 > rows,
+            "csr array of shape {} has {} stored values and an indptr of {} offsets, \
+             not rows + 1",
+            self.shape(),
+            idx.len(),
+            indptr.len()
+        );
+        let ptr = &indptr[..rows as usize + 1];
+        let nnz = idx.len().min(p.data.size()) as i64;
+        ensure!(
+            ptr[0] >= 0 && ptr.windows(2).all(|w| w[0] <= w[1]) && ptr[rows as usize] <= nnz,
+            "csr array of shape {} has an invalid indptr",
+            self.shape()
+        );
+        if let Some(c) = idx[ptr[0] as usize..ptr[rows as usize] as usize]
+            .iter()
+            .find(|c| !(0..cols).contains(*c))
+        {
+            bail!("column index {c} is out of range [0, {cols}) in a csr array");
+        }
+        Ok(())
+    }
+
     /// Checks a row_sparse value before the store uses it: data and indices
     /// agree, and indices are ascending, unique and in `[0, R)`.
     pub fn check_row_sparse(&self) -> Result<()> {

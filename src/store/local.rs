@@ -1163,4 +1163,93 @@ mod tests {
             }
         }
     }
+
+    /// A 3x3 float32 csr array with the given parts.
+    fn csr3(data: &[f32], indptr: &[i64], indices: &[i64]) -> NDArray {
+        let c = NDArray::sparse_zeros(
+            StorageType::Csr,
+            Shape(vec![3, 3]),
+            DType::F32,
+            Context::CPU0,
+            &[DType::I64, DType::I64],
+            &[Shape(vec![0]), Shape(vec![0])],
+        )
+        .unwrap();
+        let ints = |v: &[i64]| {
+            NDArray::from_bytes(
+                Shape(vec![v.len() as i64]),
+                DType::I64,
+                Context::CPU0,
+                bytemuck::cast_slice(v),
+            )
+            .unwrap()
+        };
+        c.set_part(-1, &arr(data)).unwrap();
+        c.set_part(0, &ints(indptr)).unwrap();
+        c.set_part(1, &ints(indices)).unwrap();
+        c
+    }
+
+    #[test]
+    fn csr_values_init_pull_and_replace() {
+        let dense3 = |v: &[f32]| {
+            let d = NDArray::zeros(Shape(vec![3, 3]), DType::F32, Context::CPU0).unwrap();
+            d.copy_from_bytes(bytemuck::cast_slice(v)).unwrap();
+            d
+        };
+        for device in [false, true] {
+            let s = LocalStore::new(b"local".to_vec(), device);
+            let c = csr3(&[1.5, 2., -3.], &[0, 1, 1, 3], &[1, 0, 2]);
+            s.init(Keys::Int(&[0]), &[c.clone()]).unwrap();
+            // the store keeps a copy
+            c.set_part(-1, &arr(&[9., 9., 9.])).unwrap();
+            let want = [0., 1.5, 0., 0., 0., 0., 2., 0., -3.];
+            let out = dense3(&[7.; 9]);
+            s.pull(Keys::Int(&[0]), &[out.clone()], 0, true).unwrap();
+            assert_eq!(get(&out), want);
+            let cout = csr3(&[], &[0, 0, 0, 0], &[]);
+            s.pull(Keys::Int(&[0]), &[cout.clone()], 0, false).unwrap();
+            assert_eq!(get(&cout.parts().unwrap().data), [1.5, 2., -3.]);
+            // csr pushes are refused, the value stays
+            let e = s.push(Keys::Int(&[0]), &[c.clone()], 0).unwrap_err();
+            assert!(e
+                .message()
+                .starts_with("Unexpected storage type detected during kvstore push: 2"));
+            s.pull(Keys::Int(&[0]), &[out.clone()], 0, true).unwrap();
+            assert_eq!(get(&out), want);
+            // a csr output of a row_sparse-incompatible pull is refused
+            // before any output is written
+            let first = dense3(&[7.; 9]);
+            let rsp = NDArray::sparse_zeros(
+                StorageType::RowSparse,
+                Shape(vec![3, 3]),
+                DType::F32,
+                Context::CPU0,
+                &[DType::I64],
+                &[Shape(vec![0])],
+            )
+            .unwrap();
+            assert!(s
+                .pull(Keys::Int(&[0, 0]), &[first.clone(), rsp], 0, false)
+                .is_err());
+            assert_eq!(get(&first), [7.; 9]);
+            // a dense push replaces the value by a dense one
+            s.push(Keys::Int(&[0]), &[dense3(&[1.; 9])], 0).unwrap();
+            s.pull(Keys::Int(&[0]), &[cout.clone()], 0, false).unwrap();
+            assert_eq!(
+                cout.parts().unwrap().aux[0].read().typed::<i64>(),
+                &[0, 3, 6, 9]
+            );
+            // a csr value that does not cast to dense is refused at init
+            for (d, ptr, idx) in [
+                (&[1f32, 2.][..], &[0i64, 1, 1, 3][..], &[0i64, 1][..]),
+                (&[1., 2.], &[0, 2, 1, 2], &[0, 1]),
+                (&[1., 2.], &[0, 1, 2, 2], &[0, 3]),
+            ] {
+                let bad = csr3(d, ptr, idx);
+                assert!(s.init(Keys::Int(&[1]), &[bad]).is_err());
+                assert!(s.pull(Keys::Int(&[1]), &[out.clone()], 0, true).is_err());
+            }
+        }
+    }
 }

@@ -95,10 +95,17 @@ pub fn check_value(v: &NDArray, what: &str) -> Result<()> {
 
 /// Checks an init value of the local and device stores: as
 /// [`check_value`], but a csr value is kept (MXNet 1.9.1's `KVStoreLocal`
-/// copies it into the store; pulls cast it, a push replaces it).
+/// copies it into the store; pulls cast it, a push replaces it). A csr value
+/// that cannot be cast to dense is refused here (MXNet stores it and reads
+/// or writes outside its buffers when a pull casts it).
 pub fn check_local_init_value(v: &NDArray) -> Result<()> {
     match v.stype() {
-        StorageType::Csr => Ok(()),
+        StorageType::Csr => v.check_csr_densifiable().map_err(|e| {
+            Error::new(format!(
+                "{} (a csr init value must be one that casts to dense)",
+                e.message()
+            ))
+        }),
         _ => check_value(v, "init"),
     }
 }
