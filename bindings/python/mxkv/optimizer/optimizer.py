@@ -906,6 +906,17 @@ register = Optimizer.register  # pylint: disable=invalid-name
 create = Optimizer.create_optimizer  # pylint: disable=invalid-name
 
 
+def _sgd_step(weight, grad, state, lr, wd, momentum, rescale_grad, clip_g, lazy_update):
+    """One index's sgd_update (no state) or sgd_mom_update: the per-index path of SGD
+    and LARS (MXNet's unaggregated SGD kernels)."""
+    func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
+    with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
+        if st is not None:
+            _sgd_mom_update(w, grad, st, lr, wd, momentum, rescale_grad, clip_g, lazy_update)
+        else:
+            _sgd_update(w, grad, lr, wd, rescale_grad, clip_g, lazy_update)
+
+
 @register
 class SGD(Optimizer):
     """SGD with momentum and weight decay::
@@ -947,13 +958,8 @@ class SGD(Optimizer):
                 _multi_sgd_update(weight, grad, state if self.momentum > 0 else None, lr, wd,
                                   momentum, self.rescale_grad, clip_g)
                 continue
-            func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
-            with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
-                if st is not None:
-                    _sgd_mom_update(w, grad, st, lr, wd, momentum, self.rescale_grad, clip_g,
-                                    self.lazy_update)
-                else:
-                    _sgd_update(w, grad, lr, wd, self.rescale_grad, clip_g, self.lazy_update)
+            _sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
+                      self.lazy_update)
 
     def update(self, index, weight, grad, state):
         self._update_impl(index, weight, grad, state)
@@ -1551,13 +1557,8 @@ class LARS(Optimizer):
         lrs = [self._get_lars(i, w, g, lr, wd)
                for (i, w, g, lr, wd) in zip(indices, weights, grads, lrs, wds)]
         for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
-            func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
-            with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
-                if st is not None:
-                    _sgd_mom_update(w, grad, st, lr, wd, momentum, self.rescale_grad, clip_g,
-                                    self.lazy_update)
-                else:
-                    _sgd_update(w, grad, lr, wd, self.rescale_grad, clip_g, self.lazy_update)
+            _sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
+                      self.lazy_update)
 
     def update(self, index, weight, grad, state):
         self._update_impl(index, weight, grad, state)
