@@ -390,35 +390,7 @@ impl NDArray {
     /// within the values, and every column they cover in range.
     pub fn check_csr_densifiable(&self) -> Result<()> {
         ensure!(self.stype() == StorageType::Csr, "not a csr array");
-        let p = self.parts()?;
-        let indptr = p.aux[0].read().typed::<i64>().to_vec();
-        let idx = p.aux[1].read().typed::<i64>().to_vec();
-        let (rows, cols) = (self.shape().dims()[0], self.shape().dims()[1]);
-        if idx.is_empty() {
-            return Ok(());
-        }
-        ensure!(
-            indptr.len() as i64 > rows,
-            "csr array of shape {} has {} stored values and an indptr of {} offsets, \
-             not rows + 1",
-            self.shape(),
-            idx.len(),
-            indptr.len()
-        );
-        let ptr = &indptr[..rows as usize + 1];
-        let nnz = idx.len().min(p.data.size()) as i64;
-        ensure!(
-            ptr[0] >= 0 && ptr.windows(2).all(|w| w[0] <= w[1]) && ptr[rows as usize] <= nnz,
-            "csr array of shape {} has an invalid indptr",
-            self.shape()
-        );
-        if let Some(c) = idx[ptr[0] as usize..ptr[rows as usize] as usize]
-            .iter()
-            .find(|c| !(0..cols).contains(*c))
-        {
-            bail!("column index {c} is out of range [0, {cols}) in a csr array");
-        }
-        Ok(())
+        csr_dense_layout(self.shape(), &self.parts()?).map(|_| ())
     }
 
     /// Checks a row_sparse value before the store uses it: data and indices
@@ -692,42 +664,14 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
         }
         (StorageType::Csr, StorageType::Default) => {
             let p = src.parts()?;
-            let indptr = p.aux[0].read().typed::<i64>().to_vec();
-            let idx = p.aux[1].read().typed::<i64>().to_vec();
-            let (rows, cols) = (src.shape().dims()[0], src.shape().dims()[1]);
+            let (ptr, idx) = csr_dense_layout(src.shape(), &p)?;
+            let cols = src.shape().dims()[1] as usize;
             let mut out_positions = Vec::new();
             let mut from = Vec::new();
-            if !idx.is_empty() {
-                // MXNet reads the first rows + 1 offsets; outside them, or
-                // outside the values or the columns, it reads or writes out
-                // of its buffers.
-                ensure!(
-                    indptr.len() as i64 > rows,
-                    "csr array of shape {} has {} stored values and an indptr of {} offsets, \
-                     not rows + 1",
-                    src.shape(),
-                    idx.len(),
-                    indptr.len()
-                );
-                let ptr = &indptr[..rows as usize + 1];
-                let nnz = idx.len().min(p.data.size()) as i64;
-                ensure!(
-                    ptr[0] >= 0
-                        && ptr.windows(2).all(|w| w[0] <= w[1])
-                        && ptr[rows as usize] <= nnz,
-                    "csr array of shape {} has an invalid indptr",
-                    src.shape()
-                );
-                for (r, w) in ptr.windows(2).enumerate() {
-                    for k in w[0]..w[1] {
-                        let c = idx[k as usize];
-                        ensure!(
-                            (0..cols).contains(&c),
-                            "column index {c} is out of range [0, {cols}) in a csr array"
-                        );
-                        out_positions.push(r * cols as usize + c as usize);
-                        from.push(k as usize);
-                    }
+            for (r, w) in ptr.windows(2).enumerate() {
+                for k in w[0] as usize..w[1] as usize {
+                    out_positions.push(r * cols + idx[k] as usize);
+                    from.push(k);
                 }
             }
             let data = p.data.read();
@@ -763,6 +707,43 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             d.code()
         ),
     }
+}
+
+/// The checks a csr -> dense cast makes ([`copy_any`],
+/// [`NDArray::check_csr_densifiable`]), on one snapshot `p` of the parts of a
+/// csr array of `shape`. MXNet reads the first rows + 1 offsets; outside
+/// them, or outside the values or the columns, it reads or writes out of its
+/// buffers. Returns those rows + 1 offsets (empty when no value is stored:
+/// then nothing is read, whatever the indptr) and the column indices.
+fn csr_dense_layout(shape: &Shape, p: &Parts) -> Result<(Vec<i64>, Vec<i64>)> {
+    let mut indptr = p.aux[0].read().typed::<i64>().to_vec();
+    let idx = p.aux[1].read().typed::<i64>().to_vec();
+    let (rows, cols) = (shape.dims()[0], shape.dims()[1]);
+    if idx.is_empty() {
+        return Ok((Vec::new(), idx));
+    }
+    ensure!(
+        indptr.len() as i64 > rows,
+        "csr array of shape {} has {} stored values and an indptr of {} offsets, \
+         not rows + 1",
+        shape,
+        idx.len(),
+        indptr.len()
+    );
+    indptr.truncate(rows as usize + 1);
+    let nnz = idx.len().min(p.data.size()) as i64;
+    ensure!(
+        indptr[0] >= 0 && indptr.windows(2).all(|w| w[0] <= w[1]) && indptr[rows as usize] <= nnz,
+        "csr array of shape {} has an invalid indptr",
+        shape
+    );
+    if let Some(c) = idx[indptr[0] as usize..indptr[rows as usize] as usize]
+        .iter()
+        .find(|c| !(0..cols).contains(*c))
+    {
+        bail!("column index {c} is out of range [0, {cols}) in a csr array");
+    }
+    Ok((indptr, idx))
 }
 
 /// A new 1-d array of `dtype` holding the elements of dense `src` at the
