@@ -72,7 +72,13 @@ def trajectory(mx, name, kwargs, dtype, n_dev, weight_stype='default'):
                     (data, np.array(rows, dtype=np.int64)), shape=SHAPE, ctx=mx.cpu(dev),
                     dtype=dtype))
             grads.append(per_dev if n_dev > 1 else per_dev[0])
-        kv.push([0, 1], grads)
+        try:
+            kv.push([0, 1], grads)
+        except TypeError:
+            # mxkv re-raises what MXNet's updater prints and swallows: the Test
+            # optimizer's ``state[:] = weight`` with a sparse weight (see below)
+            if name != 'test' or weight_stype == 'default':
+                raise
         if weight_stype == 'row_sparse':
             res = [mx.nd.sparse.zeros('row_sparse', SHAPE, dtype=dtype) for _ in range(2)]
             all_rows = mx.nd.array(np.arange(SHAPE[0]), dtype='int64')

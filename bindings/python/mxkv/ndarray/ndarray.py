@@ -479,6 +479,9 @@ class NDArray(object):
             if other.stype == 'row_sparse':
                 from .sparse import _dense_copyto_rsp
                 return _dense_copyto_rsp(self, other)
+            if other.stype == 'csr':
+                from .sparse import _dense_copyto_csr
+                return _dense_copyto_csr(self, other)
             if other.stype != 'default':
                 raise TypeError('copyto does not support destination NDArray stype '
                                 + other.stype)
@@ -786,6 +789,10 @@ class NDArray(object):
             key.check(value)
             return
         full = self._is_full(key)
+        if isinstance(value, NDArray) and value._is_sparse:
+            # MXNet's _prepare_value_nd: array(value) fails for a sparse NDArray
+            raise TypeError('%s does not support assignment with non-array-like object %r '
+                            'of type %s' % (type(self), value, type(value)))
         if isinstance(value, NDArray):
             if full and value.handle is not None and value.handle.value == self._h.value:
                 return
@@ -848,6 +855,15 @@ class NDArray(object):
                 return res._write(lambda o: ufunc(rhs, lhs_v, out=o, casting='unsafe'))
             return res._write(lambda o: ufunc(lhs_v, rhs, out=o, casting='unsafe'))
         if isinstance(other, NDArray):
+            a, b = (other, self) if reverse else (self, other)
+            if ufunc in (np.add, np.subtract) and a.shape == b.shape \
+                    and sorted((a.stype, b.stype)) == ['csr', 'default'] \
+                    and (out is None or out.stype == 'default'):
+                # elemwise_add / elemwise_sub (MXNet's dense-csr kernel, not a fallback)
+                from .sparse import _csr_dense_add_sub
+                csr_first = a.stype == 'csr'
+                return _csr_dense_add_sub(a if csr_first else b, b if csr_first else a,
+                                          ufunc is np.subtract, csr_first, out=out)
             if self._is_sparse or other._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
             if other.dtype != self.dtype:

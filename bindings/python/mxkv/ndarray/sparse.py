@@ -591,24 +591,25 @@ class CSRNDArray(BaseSparseNDArray):
             return res
         raise MXNetError('tostype(%r) of a csr array is not supported by mxkv' % (stype,))
 
-    def _dense_numpy(self):
-        """the dense values: row i holds data[indptr[i]:indptr[i + 1]] at the columns
-        indices[indptr[i]:indptr[i + 1]]; MXNetError for parts that do not describe a csr
-        array of this shape (MXNet reads or writes outside its buffers there)"""
+    def _coords(self):
+        """(row ids, column indices, values) of the stored elements in storage order (row
+        i holds data[indptr[i]:indptr[i + 1]] at the columns indices[indptr[i]:indptr[i +
+        1]]); MXNetError for parts that do not describe a csr array of this shape (MXNet
+        reads or writes outside its buffers there)"""
         rows, cols = self.shape
-        out = np.zeros((rows, cols), dtype=self._np_dtype)
         with self.indptr as ptr_nd, self.indices as idx_nd, self.data as data_nd:
             indptr = ptr_nd.asnumpy().astype(np.int64)
             indices = idx_nd.asnumpy().astype(np.int64)
             data = data_nd.asnumpy()
+        none = (np.zeros(0, np.int64), np.zeros(0, np.int64), data[:0])
         if indices.size == 0:  # (MXNet: the storage is not initialized, nothing is read)
-            return out
+            return none
         if indptr.size < rows + 1:  # (MXNet reads outside it, and dies)
             raise MXNetError('csr array of shape %s has %d stored values and an indptr of %d '
                              'offsets, not rows + 1' % (self.shape, indices.size, indptr.size))
         indptr = indptr[:rows + 1]  # (MXNet reads these)
         if indptr[-1] == 0:
-            return out
+            return none
         if indptr[0] != 0 or (np.diff(indptr) < 0).any() or \
                 indptr[-1] > min(indices.size, data.size) or \
                 (indices[:indptr[-1]] < 0).any() or (indices[:indptr[-1]] >= cols).any():
@@ -617,7 +618,13 @@ class CSRNDArray(BaseSparseNDArray):
                                              data.size))
         nnz = int(indptr[-1])
         row_ids = np.repeat(np.arange(rows), np.diff(indptr))
-        out[row_ids, indices[:nnz]] = data[:nnz]
+        return row_ids, indices[:nnz], data[:nnz]
+
+    def _dense_numpy(self):
+        """the dense values (see _coords; a later duplicate column wins)"""
+        out = np.zeros(self.shape, dtype=self._np_dtype)
+        row_ids, cols, data = self._coords()
+        out[row_ids, cols] = data
         return out
 
     def __getitem__(self, key):
@@ -654,6 +661,57 @@ class CSRNDArray(BaseSparseNDArray):
         return _csr_from_parts(data[lo:hi], ptr, indices[lo:hi], (len(picked), self.shape[1]),
                                self.context, self.dtype)
 
+    def __setitem__(self, key, value):
+        """``x[:] = value`` as MXNet's CSRNDArray.__setitem__: an NDArray (or a numpy
+        array, through a float32 NDArray) is copied in (a dense one cast to csr: its
+        elements != 0); numbers, partial slices and int keys are refused as there."""
+        if not self.writable:
+            raise ValueError('Failed to assign to a readonly CSRNDArray')
+        if isinstance(key, slice):
+            if key.step is not None or key.start is not None or key.stop is not None:
+                raise ValueError('Assignment with slice for CSRNDArray is not '
+                                 'implemented yet.')
+            if isinstance(value, NDArray):
+                if value.handle is None or value.handle.value != self._h.value:
+                    value.copyto(self)
+            elif isinstance(value, numeric_types):
+                raise ValueError('Assigning numeric types to CSRNDArray is '
+                                 'not implemented yet.')
+            elif isinstance(value, (np.ndarray, np.generic)):
+                warnings.warn('Assigning non-NDArray object to CSRNDArray is not efficient',
+                              RuntimeWarning)
+                with _dense.array(value) as tmp:   # (MXNet's _array: float32 by default)
+                    tmp.copyto(self)
+            else:
+                raise TypeError('type %s not supported' % str(type(value)))
+            return
+        if not isinstance(key, (int, tuple)):
+            raise AssertionError('CSRNDArray.__setitem__ key %r' % (key,))
+        raise Exception('CSRNDArray only supports [:] for assignment')  # pylint: disable=broad-exception-raised
+
+    def _assign_result(self, res):
+        """MXNet's in-place operators of a CSRNDArray: (self op other).copyto(self)"""
+        try:
+            res.copyto(self)
+        finally:
+            if res is not self:
+                res.close()
+        return self
+
+    def __iadd__(self, other):
+        return self._assign_result(self + other)
+
+    def __isub__(self, other):
+        return self._assign_result(self - other)
+
+    def __imul__(self, other):
+        return self._assign_result(self * other)
+
+    def __itruediv__(self, other):
+        return self._assign_result(self / other)
+
+    __idiv__ = __itruediv__
+
     def _raw_parts(self):
         """(data, indptr, indices) as numpy arrays, data as stored (bfloat16: bits)"""
         with self.data as data, self.indptr as indptr, self.indices as indices:
@@ -676,17 +734,8 @@ class CSRNDArray(BaseSparseNDArray):
                                  % (self.shape, other.shape))
             if other.stype == 'csr':
                 data, indptr, indices = self._raw_parts()
-                data = _dense._convert(data, self.dtype, other.dtype)
-                if _HAS_OPERATORS:  # (real libmxnet.so: parts of other sizes, see rsp)
-                    tmp = _csr_from_parts(data, indptr, indices, other.shape, other.context,
-                                          other.dtype)
-                    try:
-                        _operator_copyto(tmp, other)
-                    finally:
-                        tmp.close()
-                    return other
-                _fill_csr(other, data, indptr, indices)
-                return other
+                return _assign_csr(other, _dense._convert(data, self.dtype, other.dtype),
+                                   indptr, indices)
             if other.stype == 'default':
                 other._sync_copyfrom(_dense._convert(self._dense_numpy(), self.dtype,
                                                      other.dtype))
@@ -848,12 +897,75 @@ def _dense_tostype_csr(arr):
         raise ValueError('To convert to a CSR, the NDArray should be 2 Dimensional. Current '
                          'shape is %s' % (arr.shape,))
     _no_bool_cast(arr.dtype)
-    raw = _dense_raw(arr)
-    mask = _stored_values(raw, arr.dtype) != 0
+    data, indptr, indices = _dense_csr_parts(_dense_raw(arr), arr.dtype)
+    return _csr_from_parts(data, indptr, indices, arr.shape, arr.context, arr.dtype)
+
+
+def _dense_csr_parts(raw, dtype):
+    """cast_storage dense -> csr of storage values `raw`: per row, the elements != 0 (NaN
+    counts, -0.0 does not) in column order; (data, int64 indptr, int64 indices)"""
+    mask = _stored_values(raw, dtype) != 0
     _, cols = np.nonzero(mask)
-    indptr = np.zeros(arr.shape[0] + 1, np.int64)
+    indptr = np.zeros(raw.shape[0] + 1, np.int64)
     np.cumsum(mask.sum(axis=1), out=indptr[1:])
-    return _csr_from_parts(raw[mask], indptr, cols, arr.shape, arr.context, arr.dtype)
+    return raw[mask], indptr, cols.astype(np.int64)
+
+
+def _assign_csr(dst, data, indptr, indices):
+    """dst (a CSRNDArray) now holds these parts (`data` in dst's dtype, as stored)"""
+    if _HAS_OPERATORS:  # (real libmxnet.so: parts of other sizes, see rsp)
+        tmp = _csr_from_parts(data, indptr, indices, dst.shape, dst.context, dst.dtype)
+        try:
+            _operator_copyto(tmp, dst)
+        finally:
+            tmp.close()
+        return dst
+    return _fill_csr(dst, data, indptr, indices)
+
+
+def _dense_copyto_csr(src, dst):
+    """dense NDArray -> existing CSRNDArray (MXNet's copyto: cast_storage of the source,
+    then a copy into dst).  A dtype change is refused: MXNet 1.9.1 fails there (a data
+    type check, then it crashes at a later read of the destination)."""
+    if dst.shape != src.shape:
+        raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
+                         % (src.shape, dst.shape))
+    if dtype_np_to_mx(src.dtype) != dtype_np_to_mx(dst.dtype):
+        raise MXNetError('copyto from a dense %s array into a csr %s array: MXNet 1.9.1 '
+                         'fails on a dtype change there (TBlob.get_with_shape: data type do '
+                         'not match)' % (np.dtype(src._np_dtype).name,
+                                         np.dtype(dst._np_dtype).name))
+    _no_bool_cast(src.dtype)
+    data, indptr, indices = _dense_csr_parts(_dense_raw(src), src.dtype)
+    return _assign_csr(dst, data, indptr, indices)
+
+
+def _csr_dense_add_sub(csr, dns, subtract, csr_first, out=None):
+    """elemwise_add / elemwise_sub of a csr and a dense array of the same shape, as
+    MXNet's DnsCsrDnsOp computes it (a dense result): the dense operand is copied (negated
+    for csr - dense), then each stored element is combined with it in storage order, so
+    elements the csr array does not store keep the dense operand's bits (-0.0 too).
+    float32 and float64 only (MXNet's MSHADOW_SGL_DBL_TYPE_SWITCH)."""
+    if dtype_np_to_mx(csr.dtype) != dtype_np_to_mx(dns.dtype):
+        raise MXNetError('operands have different dtypes: %s vs %s'
+                         % (np.dtype(csr._np_dtype).name, np.dtype(dns._np_dtype).name))
+    if csr._np_dtype not in (np.float32, np.float64):
+        raise MXNetError('elemwise add/sub of a csr and a dense array: MXNet 1.9.1 supports '
+                         'float32 and float64 only (got %s)' % np.dtype(csr._np_dtype).name)
+    row_ids, cols, data = csr._coords()
+    values = dns.asnumpy()
+    with np.errstate(all='ignore'):
+        res = np.negative(values) if (subtract and csr_first) else values.copy()
+        if row_ids.size:
+            at = (row_ids, cols)
+            if subtract and not csr_first:
+                np.subtract.at(res, at, data)
+            else:
+                np.add.at(res, at, data)
+    if out is None:
+        out = _dense.empty(dns.shape, ctx=dns.context, dtype=dns.dtype)
+    out._sync_copyfrom(res)
+    return out
 
 
 def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):

@@ -226,15 +226,18 @@ def _sparse_adagrad_update(weight, grad, history, rows, lr, wd, epsilon, rescale
 
 
 class _StandIns(object):
-    """Dense stand-ins for a row_sparse weight and its row_sparse states, written back after
-    the update (``with _StandIns(weight, state, kernel) as (w, st): ...``).
+    """Dense stand-ins for a row_sparse or csr weight and its sparse states, written back
+    after the update (``with _StandIns(weight, state, kernel) as (w, st): ...``).
 
     ``kernel=True``: one of MXNet's row_sparse kernels runs (a row_sparse gradient for
     sgd_update, sgd_mom_update, adam_update, _sparse_adagrad_update): the weight must
     store every row (MXNet's CheckAllRowsPresent), row_sparse states are filled with
     zero rows first, and all rows are written back.  ``kernel=False``: MXNet's storage
     fallback (a dense kernel on dense copies): the results are cast back to row_sparse,
-    keeping the rows with a non-zero element.  Dense weights and states pass through."""
+    keeping the rows with a non-zero element.  A csr weight always takes the fallback (MXNet
+    has no update kernel for csr): the results are cast back to csr, keeping the elements
+    != 0 (NaN too, not -0.0); its row_sparse gradients (``kernel=True``) are refused.  Dense
+    weights and states pass through."""
 
     def __init__(self, weight, state, kernel, func='update'):
         self.weight, self.state, self.kernel, self.func = weight, state, kernel, func
@@ -244,7 +247,7 @@ class _StandIns(object):
         if isinstance(arr, (tuple, list)):
             res = [self._stand_in(a) for a in arr]
             return tuple(res) if isinstance(arr, tuple) else res
-        if isinstance(arr, NDArray) and arr.stype == 'row_sparse':
+        if isinstance(arr, NDArray) and arr.stype in ('row_sparse', 'csr'):
             dense = arr.tostype('default')
             self.pairs.append((arr, dense))
             return dense
@@ -254,9 +257,13 @@ class _StandIns(object):
         weight = self.weight
         if weight.stype == 'default':
             return weight, self.state
-        if weight.stype != 'row_sparse':
-            raise MXKVUsageError('mxkv optimizers update dense or row_sparse weights (got %s)'
-                                 % weight.stype)
+        if weight.stype not in ('row_sparse', 'csr'):
+            raise MXKVUsageError('mxkv optimizers update dense, row_sparse or csr weights '
+                                 '(got %s)' % weight.stype)
+        if weight.stype == 'csr' and self.kernel:
+            raise MXKVUsageError('%s of a csr weight with a row_sparse gradient is not '
+                                 'supported by mxkv (MXNet 1.9.1 runs its storage fallback)'
+                                 % self.func)
         if self.kernel:
             _, idx = weight._parts()
             if idx.shape[0] != weight.shape[0]:
@@ -676,11 +683,23 @@ def _preloaded_multi_sgd(weight, grad, mom, lr, wd, momentum, rescale_grad, clip
 
 
 
+def _sparse_norm(arr):
+    """NDArray.norm() of a row_sparse or csr array (L2NormComputeSparseImpl): the BLAS dot
+    of its stored values with themselves (sdot / ddot), then sqrt.  numpy's dot calls the
+    same OpenBLAS kernel as MXNet's on the machines tested; another BLAS may order the sum
+    otherwise."""
+    with arr.data as data_nd:
+        flat = np.ascontiguousarray(data_nd.asnumpy()).reshape(-1)
+    with _errstate():
+        return np.sqrt(np.dot(flat, flat)) if flat.size else flat.dtype.type(0)
+
+
 def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilon,
                         rescale_grad, clip_gradient, bias_correction, lower_bound,
-                        upper_bound):
+                        upper_bound, weight_norm=None):
     """lamb_update_phase1 (LambUpdatePhaseOneKernel), r1 = weight.norm(), r2 = g.norm(),
-    lamb_update_phase2 (LambUpdatePhaseTwoKernel): MXNet's LAMB for one index"""
+    lamb_update_phase2 (LambUpdatePhaseTwoKernel): MXNet's LAMB for one index
+    (`weight_norm`: r1 of a sparse weight, computed from its stored values)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mean, var)
     if np.dtype(weight.dtype) not in (np.float32, np.float64):
@@ -709,7 +728,7 @@ def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilo
             upd = mean_hat / (np.sqrt(var_hat) + k.eps) + k.wd * w
         else:
             upd = m / (np.sqrt(v) + k.eps) + k.wd * w
-        r1 = _nrm2(w, k.dt)
+        r1 = _nrm2(w, k.dt) if weight_norm is None else dt(weight_norm)
         r2 = _nrm2(upd, k.dt)
         if k.lower >= 0:
             r1 = max(r1, k.lower)
@@ -1411,12 +1430,15 @@ class LAMB(Optimizer):
             lr = self._get_lr(index)
             wd = self._get_wd(index)
             t = self._index_update_count[index]
+            # r1 = weight.norm(): a sparse weight's norm is taken from its stored values
+            r1 = _sparse_norm(weight) if weight.stype != 'default' else None
             with _StandIns(weight, state, False) as (w, (mean, var)):
                 _lamb_update_phases(w, grad, mean, var, lr, wd, t, self.beta1, self.beta2,
                                     self.epsilon, self.rescale_grad, self._clip_param(),
                                     self.bias_correction,
                                     self.lower_bound if self.lower_bound else -1.0,
-                                    self.upper_bound if self.upper_bound else -1.0)
+                                    self.upper_bound if self.upper_bound else -1.0,
+                                    weight_norm=r1)
             return
         for i in index:
             self._update_count(i)
@@ -1488,14 +1510,8 @@ class LARS(Optimizer):
         v = v.astype('float32')
         if rescale:
             v *= self.rescale_grad
-        if v.stype == 'row_sparse':
-            # norm of a row_sparse array (L2NormComputeSparseImpl): BLAS sdot of its stored
-            # values, then sqrt; numpy's sdot (OpenBLAS) is the same kernel as MXNet's on
-            # the machines tested, but a BLAS may order the sum otherwise
-            data, _ = v._parts()
-            flat = np.ascontiguousarray(data, dtype=np.float32).reshape(-1)
-            with _errstate():
-                return np.sqrt(np.dot(flat, flat)) if flat.size else np.float32(0)
+        if v.stype in ('row_sparse', 'csr'):
+            return _sparse_norm(v)
         return _nrm2(v.asnumpy())
 
     def _no_lars(self, index):

@@ -1,0 +1,212 @@
+"""csr arrays written in place, as MXNet 1.9.1 writes them: ``csr[:] = x`` and
+``dense.copyto(csr)`` cast the dense value to csr (cast_storage: the elements != 0, NaN
+too, not -0.0), csr +/- dense runs MXNet's dense-csr kernel (elements the csr array does
+not store keep the dense operand's bits), a dense array refuses a sparse value in
+``[] =`` (TypeError), and the optimizers update csr weights through MXNet's storage
+fallback (dense kernel, result cast back to csr), in an updater and in a store."""
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import assert_same_bits
+
+A = [[0, 1.5, 0], [0, -0.0, 0], [2, 0, -3]]
+D = [[-0.0, 0.0, 1], [2, -0.0, 0.0], [-2, 0, 3]]
+
+
+def _parts(arr):
+    if arr is None:
+        return None
+    if arr.stype == 'csr':
+        return ['csr', arr.data.asnumpy(), arr.indices.asnumpy(), arr.indptr.asnumpy()]
+    return [arr.stype, arr.asnumpy()]
+
+
+def _outcome(mx, fn):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            res = fn()
+        mx.nd.waitall()
+        return _parts(res)
+    except Exception as err:  # pylint: disable=broad-except
+        return ['raised', type(err).__name__]
+
+
+def csr_writes(mx, dtype, case):
+    c = mx.nd.array(A, dtype=dtype).tostype('csr')
+    d = mx.nd.array(D, dtype=dtype)
+
+    def setitem(value, key=slice(None)):
+        c[key] = value
+        return c
+
+    def dense_setitem(key):
+        out = mx.nd.zeros((3, 3), dtype=dtype)
+        out[key] = c
+        return out
+
+    def iadd():
+        c2 = mx.nd.array(A, dtype=dtype).tostype('csr')
+        c2 += d
+        return c2
+
+    def isub():
+        c2 = mx.nd.array(A, dtype=dtype).tostype('csr')
+        c2 -= d
+        return c2
+
+    def dense_iadd():
+        d2 = mx.nd.array(D, dtype=dtype)
+        d2 += c
+        return d2
+    cases = {
+        'copyto': lambda: d.copyto(c),
+        'copyto_other_shape': lambda: d.copyto(mx.nd.sparse.zeros('csr', (3, 4), dtype=dtype)),
+        'setitem': lambda: setitem(d),
+        'setitem_self': lambda: setitem(c),
+        'setitem_csr': lambda: setitem(mx.nd.array(D, dtype=dtype).tostype('csr')),
+        'setitem_numpy': lambda: setitem(np.array(D, dtype=np.float32)),
+        'setitem_number': lambda: setitem(3.0),
+        'setitem_part': lambda: setitem(d, slice(1, 2)),
+        'setitem_int': lambda: setitem(d, 1),
+        'c+d': lambda: c + d, 'd+c': lambda: d + c, 'c-d': lambda: c - d,
+        'd-c': lambda: d - c, 'c+=d': iadd, 'c-=d': isub, 'd+=c': dense_iadd,
+        'dense[:]=csr': lambda: dense_setitem(slice(None)),
+        'dense[0:1]=csr': lambda: dense_setitem(slice(0, 1)),
+        'dense[:]=rsp': lambda: mx.nd.zeros((3, 3), dtype=dtype).__setitem__(
+            slice(None), mx.nd.array(D, dtype=dtype).tostype('row_sparse')),
+    }
+    return _outcome(mx, cases[case])
+
+
+@pytest.mark.parametrize('case', ['copyto', 'copyto_other_shape', 'setitem', 'setitem_self',
+                                  'setitem_csr', 'setitem_numpy', 'setitem_number',
+                                  'setitem_part', 'setitem_int', 'c+d', 'd+c', 'c-d', 'd-c',
+                                  'c+=d', 'c-=d', 'd+=c', 'dense[:]=csr', 'dense[0:1]=csr',
+                                  'dense[:]=rsp'])
+@pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
+def test_csr_writes_as_mxnet(both, dtype, case):
+    mxnet, mxkv = both
+    if dtype != 'float32' and case == 'setitem_numpy':
+        pytest.skip('MXNet 1.9.1 fails on the dtype change, then crashes at a later read')
+    assert_same_bits(csr_writes(mxnet, dtype, case), csr_writes(mxkv, dtype, case), case)
+
+
+OPTIMIZERS = {
+    'sgd': ('sgd', {'wd': 0.01}),
+    'sgd_clip': ('sgd', {'clip_gradient': 0.7, 'rescale_grad': 0.5}),
+    'sgd_mom': ('sgd', {'momentum': 0.9, 'wd': 0.01}),
+    'sgd_mom_dense_state': ('sgd', {'momentum': 0.9, 'lazy_update': False}),
+    'nag': ('nag', {}),
+    'nag_mom': ('nag', {'momentum': 0.9, 'wd': 0.01}),
+    'adam': ('adam', {'learning_rate': 0.1}),
+    'adam_dense_states': ('adam', {'lazy_update': False, 'wd': 0.01}),
+    'adagrad': ('adagrad', {}),
+    'rmsprop': ('rmsprop', {}),
+    'rmsprop_centered': ('rmsprop', {'centered': True, 'clip_weights': 2.5}),
+    'adadelta': ('adadelta', {}),
+    'signum': ('signum', {}),
+    'signsgd': ('signum', {'momentum': 0}),
+    'ftrl': ('ftrl', {}),
+    'ftml': ('ftml', {}),
+    'adamax': ('adamax', {}),
+    'nadam': ('nadam', {}),
+    'dcasgd': ('dcasgd', {}),
+    'lamb': ('lamb', {}),
+    'lamb_one_index': ('lamb', {'aggregate_num': 1}),
+    'lars': ('lars', {}),
+    'lars_mom': ('lars', {'momentum': 0.9, 'wd': 0.01}),
+    'lbsgd': ('lbsgd', {'momentum': 0.9}),
+    'ccsgd': ('ccsgd', {'momentum': 0.5}),
+    'test': ('test', {}),
+}
+
+
+def _grad(mx, step, dtype):
+    # step 0 zeroes w[0][1] (1.5 - 0.1 * 15 = 0 for SGD): the cast back drops it
+    g = np.array([[1, 15, 0.5], [0, 0, 0], [-1, 2, 3]], np.float64) * (1 + 0.25 * step)
+    g[1, step % 3] = -0.5 * step
+    return mx.nd.array(g, dtype=dtype)
+
+
+def optimizer_on_csr(mx, name, dtype, steps=6):
+    """`steps` updates of a csr weight by an Updater: the weight's and the states' parts
+    after each, or where it raises"""
+    opt_name, kwargs = OPTIMIZERS[name]
+    kwargs = dict(kwargs)
+    aggregate_num = kwargs.pop('aggregate_num', None)
+    kwargs.setdefault('learning_rate', 0.1)
+    opt = mx.optimizer.create(opt_name, **kwargs)
+    if aggregate_num is not None:
+        opt.aggregate_num = aggregate_num
+    upd = mx.optimizer.get_updater(opt)
+    w = mx.nd.array(A, dtype=dtype).tostype('csr')
+    res = []
+    for step in range(steps):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                upd(0, _grad(mx, step, dtype), w)
+            mx.nd.waitall()
+        except Exception as err:  # pylint: disable=broad-except
+            res.append(['raised', type(err).__name__, _parts(w)])
+            break
+        st = upd.states[0]
+        res.append([_parts(w)] + [_parts(s) for s in (st if isinstance(st, (tuple, list))
+                                                      else [st])])
+    return res
+
+
+@pytest.mark.parametrize('name', sorted(OPTIMIZERS))
+def test_optimizer_on_csr_weight(both, name):
+    mxnet, mxkv = both
+    # Adamax's first step stores NaN (0 / 0 where the weight and gradient are 0); later
+    # steps compute with those NaNs, and which NaN comes out of NaN op NaN may differ
+    # from MXNet (bindings/python/README.md)
+    steps = 1 if name == 'adamax' else 6
+    assert_same_bits(optimizer_on_csr(mxnet, name, 'float32', steps),
+                     optimizer_on_csr(mxkv, name, 'float32', steps), name)
+
+
+@pytest.mark.parametrize('name', ['sgd_mom', 'nag_mom', 'adam', 'rmsprop', 'ftml',
+                                  'lamb_one_index', 'adagrad', 'lars_mom'])
+def test_optimizer_on_csr_weight_float64(both, name):
+    mxnet, mxkv = both
+    assert_same_bits(optimizer_on_csr(mxnet, name, 'float64'),
+                     optimizer_on_csr(mxkv, name, 'float64'), name)
+
+
+def store_with_csr_key(mx, kind, name):
+    """a store's optimizer updating a csr-valued key from dense pushes"""
+    opt_name, kwargs = OPTIMIZERS[name]
+    kv = mx.kv.create(kind)
+    kv.init(0, mx.nd.array(A).tostype('csr'))
+    kwargs = dict(kwargs)
+    kwargs.setdefault('learning_rate', 0.1)
+    kv.set_optimizer(mx.optimizer.create(opt_name, **kwargs))
+    res = []
+    for step in range(4):
+        kv.push(0, _grad(mx, step, 'float32'))
+        out = mx.nd.sparse.zeros('csr', (3, 3))
+        kv.pull(0, out=out, ignore_sparse=False)
+        res.append(_parts(out))
+    return res
+
+
+@pytest.mark.parametrize('name', ['sgd_mom', 'nag_mom', 'adam', 'lamb', 'rmsprop', 'ftrl'])
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_store_optimizer_on_csr_key(both, kind, name):
+    mxnet, mxkv = both
+    assert_same_bits(store_with_csr_key(mxnet, kind, name),
+                     store_with_csr_key(mxkv, kind, name), name)
+
+
+def test_csr_weight_with_row_sparse_gradient_refused(mxkv):
+    """MXNet runs its storage fallback there; mxkv refuses, leaving the weight as it was"""
+    w = mxkv.nd.array(A).tostype('csr')
+    upd = mxkv.optimizer.get_updater(mxkv.optimizer.SGD(learning_rate=0.1))
+    with pytest.raises(mxkv.base.MXKVUsageError):
+        upd(0, mxkv.nd.ones((3, 3)).tostype('row_sparse'), w)
+    assert_same_bits(_parts(w), _parts(mxkv.nd.array(A).tostype('csr')))
