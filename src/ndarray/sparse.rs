@@ -669,8 +669,9 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
             let mut out_positions = Vec::new();
             let mut from = Vec::new();
             for (r, w) in ptr.windows(2).enumerate() {
-                for k in w[0] as usize..w[1] as usize {
-                    out_positions.push(r * cols + idx[k] as usize);
+                let (a, b) = (w[0] as usize, w[1] as usize);
+                for (k, &c) in (a..b).zip(&idx[a..b]) {
+                    out_positions.push(r * cols + c as usize);
                     from.push(k);
                 }
             }
