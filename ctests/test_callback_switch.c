@@ -16,25 +16,14 @@
  * Built and run by `make ctest` (also ctest-asan, ctest-valgrind).
  */
 #include "check.h"
+#include "fork_util.h"
 
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
-#include <signal.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
 
 static KVStoreHandle kv;
 static int updates;
@@ -72,8 +61,8 @@ static int no_sigprocmask(void) {
   return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
 }
 
-static int child(void) {
-  alarm(20);
+static int child(void *arg) {
+  (void)arg;
   int k = 3;
   NDArrayHandle v = make_f32(1, (float[]){2});
   if (MXKVStorePush(kv, 1, &k, &v, 0) != 0) return 2; /* makes the second stacks */
@@ -93,7 +82,7 @@ static int child(void) {
 }
 
 int main(void) {
-  if (RUNNING_ON_VALGRIND) {
+  if (under_valgrind()) {
     printf("test_callback_switch: skipped under valgrind (the filter would meet its system calls)\n");
     return 0;
   }
@@ -102,12 +91,7 @@ int main(void) {
   NDArrayHandle z[2] = {make_f32(1, (float[]){0}), make_f32(1, (float[]){0})};
   CHECK_OK(MXKVStoreInit(kv, 2, keys, z));
   CHECK_OK(MXKVStoreSetUpdater(kv, upd, NULL));
-  fflush(stdout);
-  pid_t p = fork();
-  CHECK(p >= 0);
-  if (p == 0) _exit(child());
-  int st;
-  CHECK(waitpid(p, &st, 0) == p);
+  int st = wait_child(fork_child(child, NULL, 20));
   if (WIFEXITED(st) && WEXITSTATUS(st) >= 100) {
     printf("test_callback_switch: skipped (no seccomp filter: %s)\n",
            strerror(WEXITSTATUS(st) - 100));
@@ -117,10 +101,7 @@ int main(void) {
     fprintf(stderr, "a push with an updater called rt_sigprocmask (a system call per stack switch)\n");
     exit(1);
   }
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    fprintf(stderr, "the child ended with status 0x%x\n", st);
-    exit(1);
-  }
+  CHECK_CHILD(st, "pushes with an updater");
   CHECK_OK(MXKVStoreFree(kv));
   MXNDArrayFree(z[0]);
   MXNDArrayFree(z[1]);

@@ -19,7 +19,7 @@
  * array, a store, pushes and pulls, creates and frees a big array, calls
  * MXNotifyShutdown, in every tenth round tries a dist store (which must
  * fail, not hang), and exits
- * (alarm(): a child that hangs is killed and counted). Locks of single
+ * (alarm(): a child that hangs is killed, and the test fails). Locks of single
  * arrays or stores other threads hold at the fork stay held in the child,
  * as in MXNet, so the child uses only its own. Before the pool's and the
  * factory's locks were held across fork() too, a child hung within 20
@@ -28,21 +28,15 @@
  * Built and run by `make ctest` (also ctest-asan, ctest-valgrind).
  */
 #include "check.h"
+#include "fork_util.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <stdatomic.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-static atomic_int stop_;
-
-static void *churn(void *arg) {
+static void *churn_arrays(void *arg) {
   (void)arg;
-  while (!atomic_load(&stop_)) {
+  while (churning()) {
     NDArrayHandle h = make_f32(4, NULL);
     CHECK_OK(MXNDArrayFree(h));
   }
@@ -52,7 +46,7 @@ static void *churn(void *arg) {
 /* stores and the ps-lite environment: their process-wide locks too */
 static void *churn_stores(void *arg) {
   (void)arg;
-  while (!atomic_load(&stop_)) {
+  while (churning()) {
     KVStoreHandle kv;
     int w = -1;
     CHECK_OK(MXKVStoreCreate("local", &kv));
@@ -62,23 +56,10 @@ static void *churn_stores(void *arg) {
   return NULL;
 }
 
-/* 32 MiB of float32: mapped, through the buffer pool */
-static const uint32_t BIG = 1u << 23;
-
-static void *churn_big(void *arg) {
-  (void)arg;
-  while (!atomic_load(&stop_)) {
-    NDArrayHandle h;
-    CHECK_OK(MXNDArrayCreateEx(&BIG, 1, DEV_CPU, 0, 0, DT_F32, &h));
-    CHECK_OK(MXNDArrayFree(h));
-  }
-  return NULL;
-}
-
 /* a dist store that cannot start (no scheduler), and MXNotifyShutdown */
 static void *churn_dist(void *arg) {
   (void)arg;
-  while (!atomic_load(&stop_)) {
+  while (churning()) {
     KVStoreHandle kv;
     CHECK(MXKVStoreCreate("dist_sync", &kv) == -1);
     CHECK_OK(MXNotifyShutdown());
@@ -87,7 +68,6 @@ static void *churn_dist(void *arg) {
 }
 
 static int child(int round) {
-  alarm(10);
   int w = -1;
   if (MXKVStoreIsWorkerNode(&w) != 0 || w != 1) return 6;
   NDArrayHandle a = make_f32(2, (float[]){1, 2});
@@ -101,37 +81,22 @@ static int child(int round) {
   if (MXNDArraySyncCopyToCPU(out, v, 2) != 0 || v[0] != 1 || v[1] != 2) return 4;
   if (MXKVStoreFree(kv) != 0 || MXNDArrayFree(a) != 0 || MXNDArrayFree(out) != 0) return 5;
   NDArrayHandle big;
-  if (MXNDArrayCreateEx(&BIG, 1, DEV_CPU, 0, 0, DT_F32, &big) != 0 || MXNDArrayFree(big) != 0)
+  if (MXNDArrayCreateEx(&CHURN_BIG, 1, DEV_CPU, 0, 0, DT_F32, &big) != 0 ||
+      MXNDArrayFree(big) != 0)
     return 7;
   if (MXNotifyShutdown() != 0) return 8;
   if (round % 10 == 0 && MXKVStoreCreate("dist_sync", &kv) != -1) return 9;
   return 0;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 int main(int argc, char **argv) {
-#ifdef UNDER_ASAN
-  /* ASan's own allocator lock, held by another thread at a fork, stays held
-     in the child (seen: children hung in asan_malloc): not a test of ours */
-  printf("test_fork_threads: skipped under AddressSanitizer (its allocator is not fork-safe)\n");
-  return 0;
-#endif
-  if (RUNNING_ON_VALGRIND) {
+  if (under_asan()) {
+    /* ASan's own allocator lock, held by another thread at a fork, stays held
+       in the child (seen: children hung in asan_malloc): not a test of ours */
+    printf("test_fork_threads: skipped under AddressSanitizer (its allocator is not fork-safe)\n");
+    return 0;
+  }
+  if (under_valgrind()) {
     /* a child's leak check counts the arrays the parent's other threads
        held at the fork (their stacks are not in the child) as lost */
     printf("test_fork_threads: skipped under valgrind (children leak what other threads held)\n");
@@ -156,31 +121,16 @@ int main(int argc, char **argv) {
                         "DMLC_PS_ROOT_PORT", "MXKV_TIMEOUT_S"};
   const char *vals[] = {"worker", "1", "1", "127.0.0.1", port, "0.3"};
   CHECK_OK(MXInitPSEnv(6, keys, vals));
-  pthread_t t[6];
-  for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, churn, NULL) == 0);
-  CHECK(pthread_create(&t[2], NULL, churn_stores, NULL) == 0);
-  for (int i = 3; i < 5; i++) CHECK(pthread_create(&t[i], NULL, churn_big, NULL) == 0);
-  CHECK(pthread_create(&t[5], NULL, churn_dist, NULL) == 0);
-  int hung = 0, failed = 0;
-  for (int i = 0; i < rounds && hung == 0 && failed == 0; i++) {
-    pid_t p = fork();
-    CHECK(p >= 0);
-    if (p == 0) _exit(child(i));
-    int st;
-    CHECK(waitpid(p, &st, 0) == p);
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) {
-      hung++;
-      fprintf(stderr, "round %d: the child hung\n", i);
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      failed++;
-      fprintf(stderr, "round %d: the child ended with status 0x%x\n", i, st);
-    }
-  }
-  atomic_store(&stop_, 1);
-  for (int i = 0; i < 6; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  churn(churn_arrays);
+  churn(churn_arrays);
+  churn(churn_stores);
+  churn(churn_big);
+  churn(churn_big);
+  churn(churn_dist);
+  int bad = fork_rounds(rounds, child, 10);
+  churn_stop();
   close(no_listen);
-  CHECK(hung == 0);
-  CHECK(failed == 0);
+  CHECK(bad == 0);
   printf("test_fork_threads: OK\n");
   return 0;
 }

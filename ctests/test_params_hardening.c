@@ -22,14 +22,12 @@
  * The whole test runs under alarm(120).
  */
 #include "check.h"
+#include "fork_util.h"
 
 #include <ctype.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static live_t g_start;
 
@@ -106,25 +104,6 @@ static int write_sparse(const char *path, const buf_t *b, uint64_t len) {
   int ok = ftruncate(fd, (off_t)len) == 0;
   close(fd);
   return ok;
-}
-
-static int under_asan(void) {
-#if defined(__SANITIZE_ADDRESS__)
-  return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return 1;
-#else
-  return 0;
-#endif
-#else
-  return 0;
-#endif
-}
-
-static int under_valgrind(void) {
-  const char *p = getenv("LD_PRELOAD");
-  return p != NULL && strstr(p, "vgpreload") != NULL;
 }
 
 /* Address space in use (kB). */
@@ -352,55 +331,38 @@ static void pipe_claim(void) {
   CHECK(waitpid(writer, &status, 0) == writer);
 }
 
+/* Runs `fn(path)` in a child, which must exit 0. */
+struct path_fn {
+  void (*fn)(const char *);
+  const char *path;
+};
+static int call_path_fn(void *arg) {
+  struct path_fn *c = arg;
+  c->fn(c->path);
+  return 0;
+}
+static void in_child(void (*fn)(const char *), const char *path, const char *what) {
+  struct path_fn c = {fn, path};
+  CHECK_CHILD(wait_child(fork_child(call_path_fn, &c, 0)), what);
+}
+
 /* The claims above, in a child (its address space capped where that is
    possible): it must exit 0, not die. */
-static void test_huge_claims(const char *path) {
+static void huge_claims(const char *path) {
   int capped = !under_asan() && !under_valgrind() && vm_size_kb() > 0;
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    if (capped) {
-      struct rlimit r;
-      r.rlim_cur = r.rlim_max = (rlim_t)(vm_size_kb() + (2L << 20)) * 1024;
-      CHECK(setrlimit(RLIMIT_AS, &r) == 0);
-    }
-    sparse_claims(path, capped);
-    if (capped) pipe_claim();
-    _exit(0);
+  if (capped) {
+    struct rlimit r;
+    r.rlim_cur = r.rlim_max = (rlim_t)(vm_size_kb() + (2L << 20)) * 1024;
+    CHECK(setrlimit(RLIMIT_AS, &r) == 0);
   }
-  int status = 0;
-  CHECK(waitpid(pid, &status, 0) == pid);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "loading the sparse files: child %s %d\n",
-            WIFSIGNALED(status) ? "killed by signal" : "exited with",
-            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-    exit(1);
-  }
+  sparse_claims(path, capped);
+  if (capped) pipe_claim();
 }
 
 static long max_rss_kb(void) {
   struct rusage u;
   CHECK(getrusage(RUSAGE_SELF, &u) == 0);
   return u.ru_maxrss;
-}
-
-/* Runs `fn(path)` in a child, which must exit 0. */
-static void in_child(void (*fn)(const char *), const char *path) {
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    fn(path);
-    _exit(0);
-  }
-  int status = 0;
-  CHECK(waitpid(pid, &status, 0) == pid);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "child %s %d\n", WIFSIGNALED(status) ? "killed by signal" : "exited with",
-            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-    exit(1);
-  }
 }
 
 /* Saving 128 MiB grows the peak RSS by far less than 128 MiB: the file is
@@ -516,9 +478,9 @@ static void save_fails_midway(const char *path) {
 }
 
 static void test_save(const char *path) {
-  in_child(save_streams, path);
-  if (access("/proc/self/fd", R_OK) == 0) in_child(load_pipe_once, path);
-  in_child(save_fails_midway, path);
+  in_child(save_streams, path, "saving 128 MiB");
+  if (access("/proc/self/fd", R_OK) == 0) in_child(load_pipe_once, path, "loading from a pipe");
+  in_child(save_fails_midway, path, "a save failing midway");
   /* a device is written to, never removed */
   if (access("/dev/full", W_OK) == 0) {
     NDArrayHandle a = make_f32(2, (const float[]){1, 2});
@@ -552,7 +514,7 @@ int main(void) {
   test_get_data_of_no_elements();
   test_negative_cpu_dev_id();
   CHECK_LIVE(g_start);
-  test_huge_claims(a);
+  in_child(huge_claims, a, "loading the sparse files");
   test_save(a);
   CHECK_LIVE(g_start);
   printf("test_params_hardening: all checks passed\n");

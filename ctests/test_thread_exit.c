@@ -18,28 +18,9 @@
  * Built and run by `make ctest` (also ctest-asan, ctest-valgrind).
  */
 #include "check.h"
+#include "fork_util.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
 
 static KVStoreHandle kv;
 static int exit_mode; /* 0: return, 1: pthread_exit, 2: cancel */
@@ -134,45 +115,41 @@ static void run(int which, int mode, void *want) {
    aborted with Rust's "cannot catch foreign exceptions" before, after an
    unwind the Rust reference leaves undefined). Forked before this thread
    ever pushed with an updater, so that it has no second stack cached. */
-#if !defined(UNDER_ASAN)
+static int no_second_stack_child(void *pipe_fds) {
+  int *fds = pipe_fds;
+  dup2(fds[1], 2);
+  close(fds[0]);
+  long pages = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL || fscanf(f, "%ld", &pages) != 1) return 2;
+  fclose(f);
+  struct rlimit rl = {.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (2 << 20)};
+  rl.rlim_max = rl.rlim_cur;
+  if (setrlimit(RLIMIT_AS, &rl) != 0) return 3;
+  exit_mode = 1;
+  NDArrayHandle v = make_f32(2, (float[]){1, 2});
+  int k = 3;
+  MXKVStorePush(kv, 1, &k, &v, 0);
+  return 4; /* the updater did not end the thread */
+}
+
 static void no_second_stack(void) {
   int fds[2];
   CHECK(pipe(fds) == 0);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t p = fork();
-  CHECK(p >= 0);
-  if (p == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f == NULL || fscanf(f, "%ld", &pages) != 1) _exit(2);
-    fclose(f);
-    struct rlimit rl = {.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (2 << 20)};
-    rl.rlim_max = rl.rlim_cur;
-    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
-    exit_mode = 1;
-    NDArrayHandle v = make_f32(2, (float[]){1, 2});
-    int k = 3;
-    MXKVStorePush(kv, 1, &k, &v, 0);
-    _exit(4); /* the updater did not end the thread */
-  }
+  pid_t p = fork_child(no_second_stack_child, fds, 0);
   close(fds[1]);
   char err[4096] = {0};
   size_t n = 0;
   ssize_t r;
   while (n < sizeof err - 1 && (r = read(fds[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)r;
   close(fds[0]);
-  int st;
-  CHECK(waitpid(p, &st, 0) == p);
+  int st = wait_child(p);
   if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT ||
       strstr(err, "libmxkv: a callback ended its thread") == NULL) {
     fprintf(stderr, "no second stack: status 0x%x, stderr:\n%s\n", st, err);
     exit(1);
   }
 }
-#endif
 
 int main(void) {
   alarm(60); /* a lock left held by a gone thread would hang the next push */
@@ -182,10 +159,8 @@ int main(void) {
   const char *sk = "w";
   CHECK_OK(MXKVStoreInit(kv, 1, &k, &z));
   CHECK_OK(MXKVStoreSetUpdaterEx(kv, int_upd, str_upd, NULL));
-#if !defined(UNDER_ASAN)
   /* (ASan and valgrind reserve address space as they go) */
-  if (!RUNNING_ON_VALGRIND) no_second_stack();
-#endif
+  if (!under_asan() && !under_valgrind()) no_second_stack();
 
   float want = 0;
   for (int which = OP_PUSH; which <= OP_PUSHPULL; which++) {

@@ -11,10 +11,7 @@
  * program: scheduler and server serve). Prints DIST FORK OK per worker.
  */
 #include "../check.h"
-
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "../fork_util.h"
 
 static void pull_check(KVStoreHandle kv, float want) {
   NDArrayHandle o = make_f32(4, NULL);
@@ -31,10 +28,25 @@ static void push_all(KVStoreHandle kv, float v) {
   CHECK_OK(MXNDArrayFree(h));
 }
 
+static KVStoreHandle kv;
+
+/* the forked child: its calls on the parent's store fail, Free and
+   MXNotifyShutdown leave the parent's node alone */
+static int child(void *arg) {
+  (void)arg;
+  int k = 3;
+  NDArrayHandle h = make_f32(4, (float[]){1, 1, 1, 1});
+  CHECK_ERR(MXKVStorePush(kv, 1, &k, &h, 0), "a forked child");
+  CHECK_ERR(MXKVStoreBarrier(kv), "a forked child");
+  CHECK_OK(MXKVStoreFree(kv));
+  CHECK_OK(MXNotifyShutdown());
+  CHECK_OK(MXNDArrayFree(h));
+  return 0;
+}
+
 int main(void) {
   int worker = -1;
   CHECK_OK(MXKVStoreIsWorkerNode(&worker));
-  KVStoreHandle kv = NULL;
   CHECK_OK(MXKVStoreCreate("dist_sync", &kv));
   if (!worker) {
     CHECK_OK(MXKVStoreRunServer(kv, NULL, NULL));
@@ -50,25 +62,7 @@ int main(void) {
   push_all(kv, 1);
   pull_check(kv, (float)size); /* a sync round stores the sum of its pushes */
 
-  fflush(stdout);
-  pid_t p = fork();
-  CHECK(p >= 0);
-  if (p == 0) {
-    alarm(30);
-    NDArrayHandle h = make_f32(4, (float[]){1, 1, 1, 1});
-    CHECK_ERR(MXKVStorePush(kv, 1, &k, &h, 0), "a forked child");
-    CHECK_ERR(MXKVStoreBarrier(kv), "a forked child");
-    CHECK_OK(MXKVStoreFree(kv));
-    CHECK_OK(MXNotifyShutdown());
-    CHECK_OK(MXNDArrayFree(h));
-    _exit(0);
-  }
-  int st = 0;
-  CHECK(waitpid(p, &st, 0) == p);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    fprintf(stderr, "the child ended with status 0x%x\n", st);
-    return 1;
-  }
+  CHECK_CHILD(wait_child(fork_child(child, NULL, 30)), "the forked worker");
 
   /* the parent's job goes on: another round sums every worker's push */
   push_all(kv, 3);
