@@ -600,11 +600,17 @@ def test_lbsgd_leaves_logging_unconfigured():
 
 @pytest.mark.parametrize('name', ['ftrl', 'ftml', 'adamax', 'nadam', 'dcasgd', 'sgld', 'lamb',
                                   'lars', 'lbsgd', 'ccsgd'])
-def test_multi_precision_is_refused(mxkv, name):
-    """mxkv keeps no float32 master copies (README): float16 weights with
-    multi_precision=True are refused from the push, for the new optimizers too"""
+def test_multi_precision_keeps_a_float32_master_copy(mxkv, name):
+    """float16 weights with multi_precision=True (refused before): a float32 master copy
+    per weight, which the update writes (MXNet's trajectories:
+    test_optimizer_mp.py); MXNet 1.9.1's mp_lamb_update_phase2 leaves it as it was, but
+    the default aggregated LAMB (multi_mp_lamb_update) writes it"""
     kv = mxkv.kv.create('local')
     kv.init(0, mxkv.nd.zeros((3, 4), dtype='float16'))
-    kv.set_optimizer(mxkv.optimizer.create(name, multi_precision=True))
-    with pytest.raises(mxkv.base.MXKVUsageError, match='multi_precision is not supported'):
-        kv.push(0, mxkv.nd.ones((3, 4), dtype='float16'))
+    kv.set_optimizer(mxkv.optimizer.create(name, multi_precision=True, learning_rate=0.1))
+    kv.push(0, mxkv.nd.ones((3, 4), dtype='float16'))
+    state = kv._updater.states[0]
+    master = state[1] if name in ('lars', 'ccsgd') else state[0]
+    assert master.dtype == np.float32
+    if name != 'ftrl':   # (Ftrl keeps a zero weight while |z| <= lamda1)
+        assert np.abs(master.asnumpy()).max() > 0

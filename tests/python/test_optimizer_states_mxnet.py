@@ -163,7 +163,8 @@ def test_an_mxnet_class_without_a_counterpart_is_refused(ref, mxkv, tmp_path):
 
 # row_sparse weights (lazy SGD: MXNet keeps row_sparse momentum states, pickled as
 # mxnet.ndarray.sparse.RowSparseNDArray) and float16 weights with multi_precision (MXNet
-# keeps (float32 master copy, momentum) per key, which mxkv has no update for)
+# keeps a float32 master copy per key: (momentum, master copy) for SGD and NAG, (master
+# copy, states) for the others)
 SPARSE_MP = r'''
 import json, sys
 import numpy as np
@@ -175,7 +176,7 @@ else:
 nd = mx.nd
 KEYS = [0, 1]
 SHAPES = [(6, 4), (5, 3)]
-dt = 'float16' if case == 'mp' else 'float32'
+dt = 'float16' if case.startswith('mp') else 'float32'
 
 
 def val(a):
@@ -208,8 +209,16 @@ kv = mx.kv.create('local')
 rng = np.random.RandomState(0)
 kv.init(KEYS, [val(rng.randn(*s)) for s in SHAPES])
 if mode == 'save':
-    kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=0.01,
-                                      multi_precision=case == 'mp'))
+    if case == 'mp-nag':
+        kv.set_optimizer(mx.optimizer.NAG(learning_rate=0.1, momentum=0.9, wd=0.01,
+                                          multi_precision=True))
+    elif case == 'mp-adam':
+        kv.set_optimizer(mx.optimizer.Adam(learning_rate=0.05, multi_precision=True))
+    elif case == 'mp-lamb':
+        kv.set_optimizer(mx.optimizer.LAMB(learning_rate=0.05, wd=0.01, multi_precision=True))
+    else:
+        kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=0.01,
+                                          multi_precision=case == 'mp'))
     for step in range(3):
         kv.push(KEYS, grads(step))
     kv.save_optimizer_states(fname, dump_optimizer=True)
@@ -254,14 +263,13 @@ def test_row_sparse_states_from_mxnet_continue_as_in_mxnet(ref, tmp_path):
     assert ours['bits'] == theirs['bits']
 
 
-def test_multi_precision_states_from_mxnet_are_refused_clearly(ref, tmp_path):
-    """mxkv has no multi-precision update: MXNet's (master copy, momentum) states reached
-    the kernel ("AttributeError: 'tuple' object has no attribute 'stype'"); now the push
-    says what is not supported"""
-    fname = str(tmp_path / 'mp')
-    theirs = _run_sparse_mp(ref, 'mxnet', 'save', 'mp', fname, tmp_path)
+@pytest.mark.parametrize('case', ['mp', 'mp-nag', 'mp-adam', 'mp-lamb'])
+def test_multi_precision_states_from_mxnet_continue_as_in_mxnet(ref, tmp_path, case):
+    """MXNet's float32 master copies and float32 states (and its optimizer, with
+    multi_precision=True) loaded by mxkv: the training continues with MXNet's float16
+    weights bit for bit (mxkv refused multi_precision before: MXKVUsageError)"""
+    fname = str(tmp_path / case)
+    theirs = _run_sparse_mp(ref, 'mxnet', 'save', case, fname, tmp_path)
     assert 'bits' in theirs, theirs
-    ours = _run_sparse_mp(sys.executable, 'mxkv', 'resume', 'mp', fname, tmp_path)
-    assert ours == {'error': 'MXKVUsageError: multi_precision is not supported by mxkv '
-                             'optimizers yet (a float16 weight with '
-                             'SGD(multi_precision=True))'}, ours
+    ours = _run_sparse_mp(sys.executable, 'mxkv', 'resume', case, fname, tmp_path)
+    assert ours == theirs

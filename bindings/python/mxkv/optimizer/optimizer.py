@@ -541,24 +541,32 @@ def _sum_sq(values):
 
 def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsilon,
                        rescale_grad, clip_gradient, bias_correction, lower_bound,
-                       upper_bound):
+                       upper_bound, weight32=None):
     """multi_lamb_update for one tensor (MultiLAMBKernelStep1, the float sums of squares of
     the weight and of the float temp_g, MultiLAMBKernelStep2); lrs and wds are
-    Tuple<float> (strtof), the other parameters dmlc floats"""
-    grad = _fallback_grad(weight, grad)
-    _check_dense(weight, grad, mean, var)
-    k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, clip=clip_gradient)
-    dt = k.dt.type
+    Tuple<float> (strtof), the other parameters dmlc floats.  With `weight32`:
+    multi_mp_lamb_update (MPDType float: the float32 arithmetic on the master copy, whose
+    result is rounded into the float16 weight; r1 still sums the float16 weight's
+    squares)"""
     f32 = np.float32
+    if weight32 is not None:
+        w16, g, w, m, v = _mp_arrays(weight, grad, weight32, mean, var)
+        k = _K(f32, b1=beta1, b2=beta2, eps=epsilon, clip=clip_gradient)
+    else:
+        grad = _fallback_grad(weight, grad)
+        _check_dense(weight, grad, mean, var)
+        k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, clip=clip_gradient)
+        w, g, m, v = _views(weight, grad, mean, var)
+        w16 = w
+    dt = k.dt.type
     half = k.dt == np.float16
     # half_t op float (and op double) is computed in float and rounded to half_t
     rescale = f32(dmlc_float(rescale_grad)) if half else dt(f32(dmlc_float(rescale_grad)))
     lr_t, wd_t = dt(strtof(lr)), dt(strtof(wd))
     lower, upper = f32(dmlc_float(lower_bound)), f32(dmlc_float(upper_bound))
     one = k.lit(1.0)
-    w, g, m, v = _views(weight, grad, mean, var)
     with _errstate():
-        r1_sum = _sum_sq(w)
+        r1_sum = _sum_sq(w16)
         sg = (g.astype(f32) * rescale).astype(k.dt) if half else g * rescale
         if k.clip >= 0:
             sg = _clip_map(sg, k.clip)
@@ -590,6 +598,8 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
         lr_adjusted = lr_t * ratio
         if half:
             w[...] = w - (lr_adjusted.astype(f32) * temp_g).astype(k.dt)
+        elif weight32 is not None:
+            _mp_step(w16, w, w - lr_adjusted * temp_g)
         else:
             w[...] = w - lr_adjusted * temp_g.astype(k.dt)
 
@@ -681,6 +691,146 @@ def _preloaded_multi_sgd(weight, grad, mom, lr, wd, momentum, rescale_grad, clip
             s[...] = new_mom
         w[...] = w + new_mom
 
+
+
+# --- multi_precision: float16 weights with float32 master copies ------------------------
+# MXNet 1.9.1's mp_* kernels (optimizer_op-inl.h, preloaded_multi_sgd-inl.h,
+# contrib/multi_lamb.cc) compute in float from the float32 master copy (weight32) and the
+# gradient's float16 values as float, write the master copy (and float32 momentum) and
+# store (DType)w, the float result rounded to float16, into the weight.
+def _mp_arrays(weight, grad, weight32, *states):
+    """numpy views (weight, grad as float32 values, weight32, states) for an mp kernel; a
+    row_sparse gradient is densified (the mp kernels are dense only: MXNet's storage
+    fallback)"""
+    grad = _fallback_grad(weight, grad)
+    _check_dense(weight, grad)
+    for arr in (weight32,) + tuple(s for s in states if s is not None):
+        if arr.stype != 'default':
+            raise MXKVUsageError('mxkv optimizers support dense arrays only (got %s)'
+                                 % arr.stype)
+        if np.dtype(arr.dtype) != np.float32:
+            raise MXNetError('Incompatible attr: the master copy and states of a '
+                             'multi-precision update are float32 (got %s)'
+                             % np.dtype(arr.dtype).name)
+    w = weight._arith_view(write=True)
+    g = grad._arith_view().astype(np.float32)
+    w32 = weight32._arith_view(write=True)
+    return (w, g, w32) + tuple(None if s is None else s._arith_view(write=True)
+                               for s in states)
+
+
+def _mp_step(w, w32, new_w32):
+    """weight32 = w; out = (DType)w"""
+    w32[...] = new_w32
+    w[...] = new_w32.astype(w.dtype)
+
+
+def _mp_sgd_update(weight, grad, weight32, mom, lr, wd, momentum, rescale_grad,
+                   clip_gradient):
+    """mp_sgd_update (MP_SGDKernel, mom=None) / mp_sgd_mom_update (MP_SGDMomKernel):
+    float parameters, float arithmetic"""
+    f32 = np.float32
+    w, g, w32, s = _mp_arrays(weight, grad, weight32, mom)
+    lr, wd, m = f32(dmlc_float(lr)), f32(dmlc_float(wd)), f32(dmlc_float(momentum))
+    rescale, clip_g = f32(dmlc_float(rescale_grad)), f32(dmlc_float(clip_gradient))
+    with _errstate():
+        if s is None:
+            if clip_g >= 0:
+                new = (f32(1) - lr * wd) * w32 - lr * _clip_map(rescale * g, clip_g)
+            else:
+                new = (f32(1) - lr * wd) * w32 - (lr * rescale) * g
+        else:
+            if clip_g >= 0:
+                s[...] = m * s - lr * wd * w32 - lr * _clip_map(rescale * g, clip_g)
+            else:
+                s[...] = m * s - lr * wd * w32 - lr * rescale * g
+            new = w32 + s
+        _mp_step(w, w32, new)
+
+
+def _mp_multi_sgd(weight, grad, weight32, mom, lr, wd, momentum, rescale_grad,
+                  clip_gradient, preloaded=False):
+    """multi_mp_sgd_update / multi_mp_sgd_mom_update (MultiSGDKernel with MPDType float:
+    lrs and wds are Tuple<float>, strtof) or, with `preloaded`, their preloaded_* forms
+    (PreloadedMultiSGDKernel: lr and wd are float32 array elements) for one weight"""
+    f32 = np.float32
+    w, g, w32, s = _mp_arrays(weight, grad, weight32, mom)
+    if preloaded:
+        lr, wd = f32(lr), f32(wd)
+    else:
+        lr, wd = f32(strtof(lr)), f32(strtof(wd))
+    m = f32(dmlc_float(momentum))
+    rescale, clip_g = f32(dmlc_float(rescale_grad)), f32(dmlc_float(clip_gradient))
+    with _errstate():
+        prev = s if s is not None else np.zeros_like(w32)
+        if clip_g >= 0:
+            new_mom = m * prev - lr * wd * w32 - lr * _clip_map(rescale * g, clip_g)
+        else:
+            new_mom = m * prev - lr * wd * w32 - lr * rescale * g
+        if s is not None:
+            s[...] = new_mom
+        _mp_step(w, w32, w32 + new_mom)
+
+
+def _mp_nag_mom_update(weight, grad, weight32, mom, lr, wd, momentum, rescale_grad,
+                       clip_gradient):
+    """mp_nag_mom_update (MP_NAGMomKernel): the new weight first, then the momentum's
+    weight decay with the new weight"""
+    f32 = np.float32
+    w, g, w32, s = _mp_arrays(weight, grad, weight32, mom)
+    lr, wd, m = f32(dmlc_float(lr)), f32(dmlc_float(wd)), f32(dmlc_float(momentum))
+    rescale, clip_g = f32(dmlc_float(rescale_grad)), f32(dmlc_float(clip_gradient))
+    with _errstate():
+        rg = _clip_map(rescale * g, clip_g) if clip_g >= 0 else rescale * g
+        s[...] = m * s
+        new = w32 - s + (m + f32(1)) * (s - lr * (rg + wd * w32))
+        s[...] = s - lr * (rg + wd * new)
+        _mp_step(w, w32, new)
+
+
+def _mp_lamb_update_phases(weight, grad, mean, var, weight32, lr, wd, t, beta1, beta2,
+                           epsilon, rescale_grad, clip_gradient, bias_correction,
+                           lower_bound, upper_bound):
+    """mp_lamb_update_phase1 (MPLambUpdatePhaseOneKernel), r1 = weight32.norm(),
+    r2 = g.norm(), mp_lamb_update_phase2 (MPLambUpdatePhaseTwoKernel).  As in MXNet
+    1.9.1, phase 2 writes the float16 weight from weight32 - lr * g and leaves the
+    master copy as it was."""
+    f32 = np.float32
+    w, g16, w32, m, v = _mp_arrays(weight, grad, weight32, mean, var)
+    g16 = g16.astype(np.float16)
+    rescale, clip_g = f32(dmlc_float(rescale_grad)), f32(dmlc_float(clip_gradient))
+    b1, b2 = f32(dmlc_float(beta1)), f32(dmlc_float(beta2))
+    eps, wd = f32(dmlc_float(epsilon)), f32(dmlc_float(wd))
+    t = int(t)
+    # std::pow(float, int) is computed in double
+    b1_t = f32(math.pow(float(b1), t))
+    b2_t = f32(math.pow(float(b2), t))
+    one = f32(1)
+    with _errstate():
+        # half_t * float: computed in float, rounded to half_t (then kept as float)
+        gr = (g16.astype(f32) * rescale).astype(np.float16).astype(f32)
+        if clip_g >= 0:
+            gr = _clip_map(gr, clip_g)
+        m[...] = b1 * m + (one - b1) * gr
+        v[...] = b2 * v + (one - b2) * gr * gr
+        if bias_correction:
+            # mean / (1. - beta1_t): a double literal, so double arithmetic
+            mean_hat = (m.astype(np.float64) / (1.0 - np.float64(b1_t))).astype(f32)
+            var_hat = v / (one - b2_t)
+            upd = mean_hat / (np.sqrt(var_hat) + eps) + wd * w32
+        else:
+            upd = m / (np.sqrt(v) + eps) + wd * w32
+        r1 = _nrm2(w32, f32)
+        r2 = _nrm2(upd, f32)
+        lower, upper = f32(dmlc_float(lower_bound)), f32(dmlc_float(upper_bound))
+        if lower >= 0:
+            r1 = max(r1, lower)
+        if upper >= 0:
+            r1 = min(r1, upper)
+        lr_t = f32(dmlc_float(lr))
+        if not (r1 == 0 or r2 == 0):
+            lr_t = lr_t * r1 / r2
+        w[...] = (w32 - lr_t * upd).astype(np.float16)
 
 
 def _sparse_norm(arr):
@@ -811,24 +961,34 @@ class Optimizer(object):
     def create_state(self, index, weight):
         """Auxiliary state for a weight (None if the optimizer has none)."""
 
-    def _no_multi_precision(self, weights):
-        """mxkv has no float32 master copies: refuse float16 weights with multi_precision
-        (also for states loaded from MXNet, whose (master copy, state) tuples would
-        otherwise reach the update kernels)"""
-        if self.multi_precision and any(
-                w.dtype == np.float16 for w in (weights if isinstance(weights, (list, tuple))
-                                                else [weights])):
-            raise MXKVUsageError('multi_precision is not supported by mxkv optimizers yet '
-                                 '(a float16 weight with %s(multi_precision=True))'
-                                 % type(self).__name__)
+    def _use_multi_precision(self, weight):
+        """multi_precision and a float16 weight (the first of a list)"""
+        if isinstance(weight, (list, tuple)):
+            weight = weight[0]
+        return bool(self.multi_precision) and weight.dtype == np.float16
 
-    def create_state_multi_precision(self, index, weight):
-        """create_state, warning about float16 accumulation."""
-        self._no_multi_precision(weight)
+    def _warn_float16(self, weight, name='optimizer'):
         if weight.dtype == np.float16 and not self.multi_precision:
             warnings.warn('Accumulating with float16 in optimizer can lead to poor accuracy or '
                           'slow convergence. Consider using multi_precision=True option of the '
-                          'optimizer')
+                          '%s' % name)
+
+    def create_state_multi_precision(self, index, weight):
+        """create_state; with multi_precision, for a float16 weight: (float32 master
+        copy, create_state of the master copy), as MXNet"""
+        if self._use_multi_precision(weight):
+            weight_master_copy = weight.astype(np.float32)
+            return (weight_master_copy,) + (self.create_state(index, weight_master_copy),)
+        self._warn_float16(weight)
+        return self.create_state(index, weight)
+
+    def _mp_master_first_state(self, index, weight, name):
+        """create_state_multi_precision of SGD, NAG and LARS: (create_state of the float32
+        master copy, master copy)"""
+        if self._use_multi_precision(weight):
+            weight_master_copy = weight.astype(np.float32)
+            return (self.create_state(index, weight_master_copy), weight_master_copy)
+        self._warn_float16(weight, name)
         return self.create_state(index, weight)
 
     def update(self, index, weight, grad, state):
@@ -836,9 +996,17 @@ class Optimizer(object):
         raise NotImplementedError()
 
     def update_multi_precision(self, index, weight, grad, state):
-        """update (no separate mixed-precision path in mxkv)"""
-        self._no_multi_precision(weight)
-        self.update(index, weight, grad, state)
+        """update; with multi_precision, for a float16 weight, MXNet's generic path:
+        update the float32 master copy (state[0]) from the gradient cast to float32, then
+        cast the master copy into the weight"""
+        if self._use_multi_precision(weight):
+            weight_master_copy, original_state = state[0], state[1]
+            # (not closed after: LBSGD keeps the gradient it was given)
+            grad32 = grad.astype(np.float32)
+            self.update(index, weight_master_copy, grad32, original_state)
+            _cast_into(weight_master_copy, weight)
+        else:
+            self.update(index, weight, grad, state)
 
     def set_learning_rate(self, lr):
         """Set the learning rate (not allowed with an lr_scheduler)."""
@@ -936,6 +1104,31 @@ def _sgd_step(weight, grad, state, lr, wd, momentum, rescale_grad, clip_g, lazy_
             _sgd_update(w, grad, lr, wd, rescale_grad, clip_g, lazy_update)
 
 
+def _mp_sgd_step(weight, grad, state, lr, wd, momentum, rescale_grad, clip_g, aggregate,
+                 use_momentum, preloaded=False):
+    """One weight's multi-precision SGD step (SGD, LARS): the aggregated kernel
+    (multi_mp_sgd(_mom)_update, or preloaded_multi_mp_sgd(_mom)_update) for dense
+    arrays, else mp_sgd_update / mp_sgd_mom_update (dense kernels: a row_sparse weight
+    or gradient takes MXNet's storage fallback); state = (momentum or None, weight32)"""
+    mom, weight32 = state[0], state[1]
+    if aggregate:
+        _mp_multi_sgd(weight, grad, weight32, mom if use_momentum else None, lr, wd,
+                      momentum, rescale_grad, clip_g, preloaded=preloaded)
+        return
+    with _StandIns(weight, state, False) as (w, (st_mom, st_w32)):
+        _mp_sgd_update(w, grad, st_w32, st_mom, lr, wd, momentum, rescale_grad, clip_g)
+
+
+def _cast_into(src, dst):
+    """cast(src, dtype=dst.dtype, out=dst): the float32 master copy rounded into the
+    float16 weight"""
+    if src.stype == 'default' and dst.stype == 'default':
+        dst._arith_view(write=True)[...] = src._arith_view().astype(dst._np_dtype)
+        return
+    with src.astype(dst.dtype) as tmp:
+        tmp.copyto(dst)
+
+
 @register
 class SGD(Optimizer):
     """SGD with momentum and weight decay::
@@ -953,13 +1146,16 @@ class SGD(Optimizer):
         self.lazy_update = lazy_update
         self.aggregate_num = int(os.getenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', '4'))
 
+    def create_state_multi_precision(self, index, weight):
+        return self._mp_master_first_state(index, weight, 'SGD optimizer')
+
     def create_state(self, index, weight):
         if self.momentum != 0.0:
             stype = weight.stype if self.lazy_update else 'default'
             return zeros(weight.shape, weight.context, dtype=weight.dtype, stype=stype)
         return None
 
-    def _update_impl(self, indices, weights, grads, states):
+    def _update_impl(self, indices, weights, grads, states, multi_precision=False):
         if not isinstance(indices, (tuple, list)):
             indices, weights, grads, states = [indices], [weights], [grads], [states]
         aggregate = True
@@ -973,6 +1169,10 @@ class SGD(Optimizer):
         momentum = self.momentum if self.momentum > 0 else 0.0
         clip_g = self._clip_param()
         for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
+            if multi_precision:   # state: (float32 momentum or None, float32 master copy)
+                _mp_sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad,
+                             clip_g, aggregate, self.momentum > 0)
+                continue
             if aggregate:
                 _multi_sgd_update(weight, grad, state if self.momentum > 0 else None, lr, wd,
                                   momentum, self.rescale_grad, clip_g)
@@ -984,8 +1184,8 @@ class SGD(Optimizer):
         self._update_impl(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
-        self._no_multi_precision(weight)
-        self._update_impl(index, weight, grad, state)
+        self._update_impl(index, weight, grad, state,
+                          multi_precision=self._use_multi_precision(weight))
 
 
 @register
@@ -1022,10 +1222,31 @@ class NAG(Optimizer):
         super(NAG, self).__init__(**kwargs)
         self.momentum = momentum
 
+    def create_state_multi_precision(self, index, weight):
+        return self._mp_master_first_state(index, weight, 'NAG optimizer')
+
     def create_state(self, index, weight):
         if self.momentum != 0.0:
             return zeros(weight.shape, weight.context, dtype=weight.dtype)
         return None
+
+    def update_multi_precision(self, index, weight, grad, state):
+        if not (self._use_multi_precision(weight) and isinstance(state, (tuple, list))):
+            self.update(index, weight, grad, state)
+            return
+        # mp_nag_mom_update / mp_sgd_update (dense kernels: sparse arrays take MXNet's
+        # storage fallback); state = (float32 momentum or None, float32 master copy)
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        momentum = self.momentum if self.momentum > 0 else 0.0
+        with _StandIns(weight, state, False) as (w, (mom, weight32)):
+            if mom is not None:
+                _mp_nag_mom_update(w, grad, weight32, mom, lr, wd, momentum,
+                                   self.rescale_grad, self._clip_param())
+            else:
+                _mp_sgd_update(w, grad, weight32, None, lr, wd, 0.0, self.rescale_grad,
+                               self._clip_param())
 
     def update(self, index, weight, grad, state):
         self._update_count(index)
@@ -1420,6 +1641,17 @@ class LAMB(Optimizer):
                 zeros(weight.shape, weight.context, dtype=dtype, stype=stype))
 
     def update(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state,
+                          multi_precision=self._use_multi_precision(weight))
+
+    def _update_impl(self, index, weight, grad, state, multi_precision=False):
+        """state: (mean, var), or with multi_precision (float32 master copy, (mean,
+        var)), all float32 then"""
+        lower = self.lower_bound if self.lower_bound else -1.0
+        upper = self.upper_bound if self.upper_bound else -1.0
         if self.aggregate_num <= 1 or not isinstance(index, (tuple, list)):
             if isinstance(index, (tuple, list)):
                 if len(index) != self.aggregate_num:
@@ -1430,15 +1662,21 @@ class LAMB(Optimizer):
             lr = self._get_lr(index)
             wd = self._get_wd(index)
             t = self._index_update_count[index]
+            if multi_precision:
+                # mp_lamb_update_phase1/2, r1 = weight32.norm() (dense kernels: sparse
+                # arrays take MXNet's storage fallback)
+                with _StandIns(weight, state, False) as (w, (weight32, (mean, var))):
+                    _mp_lamb_update_phases(w, grad, mean, var, weight32, lr, wd, t,
+                                           self.beta1, self.beta2, self.epsilon,
+                                           self.rescale_grad, self._clip_param(),
+                                           self.bias_correction, lower, upper)
+                return
             # r1 = weight.norm(): a sparse weight's norm is taken from its stored values
             r1 = _sparse_norm(weight) if weight.stype != 'default' else None
             with _StandIns(weight, state, False) as (w, (mean, var)):
                 _lamb_update_phases(w, grad, mean, var, lr, wd, t, self.beta1, self.beta2,
                                     self.epsilon, self.rescale_grad, self._clip_param(),
-                                    self.bias_correction,
-                                    self.lower_bound if self.lower_bound else -1.0,
-                                    self.upper_bound if self.upper_bound else -1.0,
-                                    weight_norm=r1)
+                                    self.bias_correction, lower, upper, weight_norm=r1)
             return
         for i in index:
             self._update_count(i)
@@ -1446,12 +1684,17 @@ class LAMB(Optimizer):
         lrs = [self._get_lr(i) for i in index]
         wds = [self._get_wd(i) for i in index]
         for w_i, g_i, st, step, lr, wd in zip(weight, grad, state, steps, lrs, wds):
+            if multi_precision:   # multi_mp_lamb_update
+                with _StandIns(w_i, st, False) as (w, (weight32, (mean, var))):
+                    _multi_lamb_update(w, g_i, mean, var, lr, wd, step, self.beta1,
+                                       self.beta2, self.epsilon, self.rescale_grad,
+                                       self._clip_param(), self.bias_correction, lower,
+                                       upper, weight32=weight32)
+                continue
             with _StandIns(w_i, st, False) as (w, (mean, var)):
                 _multi_lamb_update(w, g_i, mean, var, lr, wd, step, self.beta1, self.beta2,
                                    self.epsilon, self.rescale_grad, self._clip_param(),
-                                   self.bias_correction,
-                                   self.lower_bound if self.lower_bound else -1.0,
-                                   self.upper_bound if self.upper_bound else -1.0)
+                                   self.bias_correction, lower, upper)
 
 
 @register
@@ -1500,6 +1743,9 @@ class LARS(Optimizer):
                 self.wd_mult[name] = 0.0
         self.wd_mult.update(args_wd_mult)
 
+    def create_state_multi_precision(self, index, weight):
+        return self._mp_master_first_state(index, weight, 'SGD optimizer')
+
     def create_state(self, index, weight):
         if self.momentum != 0.0:
             stype = weight.stype if self.lazy_update else 'default'
@@ -1529,7 +1775,7 @@ class LARS(Optimizer):
             lars = 1.0
         return lars * lr
 
-    def _update_impl(self, indices, weights, grads, states):
+    def _update_impl(self, indices, weights, grads, states, multi_precision=False):
         if not isinstance(indices, (tuple, list)):
             indices, weights, grads, states = [indices], [weights], [grads], [states]
         aggregate = True
@@ -1567,12 +1813,21 @@ class LARS(Optimizer):
                         if w_norm > 0. and g_sum > 0.:
                             lr32 = lr32 * eta * w_norm / (np.sqrt(g_sum) * rescale
                                                           + wd32 * w_norm + eps)
+                if multi_precision:
+                    _mp_sgd_step(weight, grad, state, lr32, wd32, momentum,
+                                 self.rescale_grad, clip_g, True, self.momentum > 0,
+                                 preloaded=True)
+                    continue
                 _preloaded_multi_sgd(weight, grad, state if self.momentum > 0 else None,
                                      lr32, wd32, momentum, self.rescale_grad, clip_g)
             return
         lrs = [self._get_lars(i, w, g, lr, wd)
                for (i, w, g, lr, wd) in zip(indices, weights, grads, lrs, wds)]
         for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
+            if multi_precision:
+                _mp_sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad,
+                             clip_g, False, self.momentum > 0)
+                continue
             _sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
                       self.lazy_update)
 
@@ -1580,8 +1835,8 @@ class LARS(Optimizer):
         self._update_impl(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
-        self._no_multi_precision(weight)
-        self._update_impl(index, weight, grad, state)
+        self._update_impl(index, weight, grad, state,
+                          multi_precision=self._use_multi_precision(weight))
 
 
 @register
