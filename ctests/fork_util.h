@@ -13,8 +13,9 @@
  *   child_failed(status, what)   0 when the child exited 0; otherwise prints
  *                         why to stderr ("hung" for SIGALRM) and returns 1.
  *   CHECK_CHILD(status, what)    exit(1) unless the child exited 0.
- *   churn(fn), churn_stop()      threads that run fn until churn_stop() (fn
- *                         loops while churning()); churn_stop joins them.
+ *   churn(fn), churn_arg(fn, arg), churn_stop()   threads that run fn (fn(arg))
+ *                         until churn_stop() (fn loops while churning());
+ *                         churn_stop joins them.
  *   churn_big                    a churn function: creates and frees 32 MiB
  *                         arrays (mapped, through the buffer pool of
  *                         src/ndarray/pool.rs).
@@ -104,10 +105,12 @@ static int churn_count_;
 
 static inline int churning(void) { return !atomic_load(&churn_stop_); }
 
-static inline void churn(void *(*fn)(void *)) {
+static inline void churn_arg(void *(*fn)(void *), void *arg) {
   CHECK(churn_count_ < CHURN_MAX);
-  CHECK(pthread_create(&churn_threads_[churn_count_++], NULL, fn, NULL) == 0);
+  CHECK(pthread_create(&churn_threads_[churn_count_++], NULL, fn, arg) == 0);
 }
+
+static inline void churn(void *(*fn)(void *)) { churn_arg(fn, NULL); }
 
 static inline void churn_stop(void) {
   atomic_store(&churn_stop_, 1);

@@ -7,12 +7,13 @@
 //! call the library after that, from a `thread_local` or static object's
 //! destructor: `per_thread` then keeps the thread's buffer in a process-wide
 //! table keyed by the thread id instead, one buffer per thread, replaced by
-//! the thread's next call (as the thread-local would be).
+//! the thread's next call (as the thread-local would be). Those tables'
+//! locks are held across `fork()` as the other process-wide locks are (see
+//! [`install_fork_handlers`]).
 
 use super::args::{KvHandle, KVSTORES, NDARRAYS};
 use crate::error::Error;
 use crate::registry::ForkHold;
-use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -20,7 +21,7 @@ use std::mem::ManuallyDrop;
 use std::os::raw::c_void;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::LocalKey;
 
 thread_local! {
@@ -28,7 +29,30 @@ thread_local! {
 }
 
 /// A thread's buffer once its thread-locals are gone, by thread id.
+///
+/// A thread calling the library from a destructor (at its exit, or at
+/// `exit()`) holds the table's lock for a moment; a `fork()` meanwhile left
+/// it held forever in the child, whose own such calls then waited forever
+/// (ctests/test_fork_orphans.c). Each table's lock is therefore held across
+/// `fork()` by the `pthread_atfork` handlers ([`hold_orphans_for_fork`]),
+/// taken before the other locks there (a load's table is held while its
+/// handles go into the array registry). A std lock, whose guard the child
+/// may drop (see src/registry.rs).
 pub(crate) type Orphans<T> = Mutex<BTreeMap<libc::pid_t, T>>;
+
+/// A table of [`Orphans`], held: see [`hold_orphans_for_fork`].
+pub(crate) type OrphansHold<T> = MutexGuard<'static, BTreeMap<libc::pid_t, T>>;
+
+/// Waits until no other thread uses `orphans` and keeps every other thread
+/// out until the hold is dropped (around a `fork()`: the child may drop it).
+pub(crate) fn hold_orphans_for_fork<T>(orphans: &'static Orphans<T>) -> OrphansHold<T> {
+    lock_orphans(orphans)
+}
+
+fn lock_orphans<T>(orphans: &Orphans<T>) -> MutexGuard<'_, BTreeMap<libc::pid_t, T>> {
+    // (a buffer left half-written by a panic is replaced by the next call)
+    orphans.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 static LAST_ERROR_ORPHANS: Orphans<CString> = Mutex::new(BTreeMap::new());
 
@@ -48,7 +72,7 @@ pub(crate) fn per_thread<T: Default, R>(
     let f = f.expect("try_with did not run the closure");
     // SAFETY: gettid has no preconditions and cannot fail.
     let tid = unsafe { libc::gettid() };
-    let mut table = orphans.lock();
+    let mut table = lock_orphans(orphans);
     f(table.entry(tid).or_default())
 }
 
@@ -64,6 +88,8 @@ thread_local! {
 }
 
 type ForkHolds = (
+    OrphansHold<CString>,
+    super::ndarray::ForkHold,
     ForkHold<'static, Arc<KvHandle>>,
     ForkHold<'static, crate::ndarray::NDArray>,
     std::sync::MutexGuard<'static, usize>,
@@ -73,10 +99,14 @@ type ForkHolds = (
 );
 
 extern "C" fn fork_prepare() {
-    // The library's process-wide locks that C API calls take. (None is taken
-    // while another is held, nor is anything waited for under them: any
-    // order does, and each is held briefly.)
+    // The library's process-wide locks that C API calls take, each held
+    // briefly and nothing waited for under them. The per-thread tables' come
+    // first: a load holds its table's lock while it registers handles (the
+    // array registry's lock); no other lock here is taken while another of
+    // them is held.
     let holds = (
+        hold_orphans_for_fork(&LAST_ERROR_ORPHANS),
+        super::ndarray::hold_for_fork(),
         KVSTORES.hold_for_fork(),
         NDARRAYS.hold_for_fork(),
         super::kvstore::hold_store_count_for_fork(),
@@ -94,8 +124,10 @@ extern "C" fn fork_done() {
 
 /// Installs the `pthread_atfork` handlers that keep a `fork()` from
 /// happening while another thread holds one of the library's process-wide
-/// locks (a handle registry's, the store count's, the ps-lite variables',
-/// the worker node's and dist stores' of `factory`, the buffer pool's):
+/// locks (the per-thread buffers' tables of calls made after a thread's
+/// thread-locals are gone, a handle registry's, the store count's, the
+/// ps-lite variables', the worker node's and dist stores' of `factory`, the
+/// buffer pool's):
 /// the child would find it held forever. Run when the library is loaded (an ELF
 /// constructor, below), before any entry point can run: installed lazily by
 /// the first call, a fork made while another thread was installing them left

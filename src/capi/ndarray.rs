@@ -1,7 +1,9 @@
 //! The `MXNDArray*` functions a KVStore binding needs, in `c_api.h` order.
 
 use super::args::{cstr, cstrs, ndarray, ndarrays, new_handle, slice, write_out, NDARRAYS};
-use super::boundary::{api_call, api_call_light, per_thread, Orphans};
+use super::boundary::{
+    api_call, api_call_light, hold_orphans_for_fork, per_thread, Orphans, OrphansHold,
+};
 use super::NDArrayHandle;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
@@ -24,11 +26,33 @@ thread_local! {
 }
 
 // The same buffers for calls made after the thread-locals are destroyed (from
-// a destructor at thread exit or at `exit()`): see `per_thread`.
+// a destructor at thread exit or at `exit()`): see `per_thread`. Their locks
+// are held across `fork()` ([`hold_for_fork`]).
 static SHAPE_U32_ORPHANS: Orphans<Vec<u32>> = Orphans::new(std::collections::BTreeMap::new());
 static SHAPE_I32_ORPHANS: Orphans<Vec<c_int>> = Orphans::new(std::collections::BTreeMap::new());
 static SHAPE_I64_ORPHANS: Orphans<Vec<i64>> = Orphans::new(std::collections::BTreeMap::new());
 static LOADED_ORPHANS: Orphans<Loaded> = Orphans::new(std::collections::BTreeMap::new());
+
+/// The locks of the tables above, held: see [`hold_for_fork`].
+pub(super) struct ForkHold {
+    _u32: OrphansHold<Vec<u32>>,
+    _i32: OrphansHold<Vec<c_int>>,
+    _i64: OrphansHold<Vec<i64>>,
+    _loaded: OrphansHold<Loaded>,
+}
+
+/// Waits until no other thread uses the tables above and keeps every other
+/// thread out until the hold is dropped (the C API's `pthread_atfork`
+/// handlers: a forked child must not find one held by a thread of the
+/// parent). No thread holds two of them at once.
+pub(super) fn hold_for_fork() -> ForkHold {
+    ForkHold {
+        _u32: hold_orphans_for_fork(&SHAPE_U32_ORPHANS),
+        _i32: hold_orphans_for_fork(&SHAPE_I32_ORPHANS),
+        _i64: hold_orphans_for_fork(&SHAPE_I64_ORPHANS),
+        _loaded: hold_orphans_for_fork(&LOADED_ORPHANS),
+    }
+}
 
 /// The handles, names and name pointers `MXNDArrayLoad` returned last.
 #[derive(Default)]
