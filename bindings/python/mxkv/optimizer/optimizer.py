@@ -8,7 +8,9 @@ float32 and float64 weights the results are bit-identical to MXNet's.
 
 row_sparse gradients and weights take MXNet's paths too: its row_sparse kernels (lazy
 or standard updates of sgd_update, sgd_mom_update, adam_update; _sparse_adagrad_update)
-and, for the other operators, its storage fallback (see ``_StandIns``).
+and, for the other operators, its storage fallback (see ``_StandIns``); csr weights its
+storage fallback.  ``multi_precision=True`` keeps float32 master copies of float16
+weights and runs MXNet's mp_* kernels (SGD, NAG, LARS, LAMB) or its generic path.
 """
 import io
 import logging
@@ -654,6 +656,9 @@ def _nrm2_loop(values, dtype):
                 else:
                     ratio = mag / scale
                     total = total + ratio * ratio
+        if f32 is np.float16:
+            # math::sqrt(half_t) is sqrtf: a float, and half_t * float is rounded once
+            return f32(np.float32(scale) * np.sqrt(np.float32(total)))
         return f32(scale * np.sqrt(total))
 
 
@@ -849,20 +854,21 @@ def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilo
                         upper_bound, weight_norm=None):
     """lamb_update_phase1 (LambUpdatePhaseOneKernel), r1 = weight.norm(), r2 = g.norm(),
     lamb_update_phase2 (LambUpdatePhaseTwoKernel): MXNet's LAMB for one index
-    (`weight_norm`: r1 of a sparse weight, computed from its stored values)"""
+    (`weight_norm`: r1 of a sparse weight, computed from its stored values).  float16
+    weights: every operation in half_t (computed in float, rounded to half), the norms
+    too (mshadow's nrm2 reducer accumulates in the array's dtype)."""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mean, var)
-    if np.dtype(weight.dtype) not in (np.float32, np.float64):
-        raise MXKVUsageError('LAMB for one index at a time (lamb_update_phase1/2) supports '
-                             'float32 and float64 weights in mxkv (got %s)' % weight.dtype)
     k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, wd=wd, rescale=rescale_grad,
            clip=clip_gradient, lr=lr, lower=lower_bound, upper=upper_bound)
     dt = k.dt.type
     f32 = np.float32
+    half = k.dt == np.float16
     t = int(t)
-    # std::pow(float, int) is computed in double
-    b1_t = dt(math.pow(float(f32(dmlc_float(beta1))), t))
-    b2_t = dt(math.pow(float(f32(dmlc_float(beta2))), t))
+    # std::pow(float, int) is computed in double; a half_t made from it goes through float
+    b1_t = math.pow(float(f32(dmlc_float(beta1))), t)
+    b2_t = math.pow(float(f32(dmlc_float(beta2))), t)
+    b1_t, b2_t = (dt(f32(b1_t)), dt(f32(b2_t))) if half else (dt(b1_t), dt(b2_t))
     one_f = dt(f32(1))
     w, g, m, v = _views(weight, grad, mean, var)
     with _errstate():
@@ -872,8 +878,10 @@ def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilo
         m[...] = k.b1 * m + (one_f - k.b1) * gr
         v[...] = k.b2 * v + (one_f - k.b2) * gr * gr
         if bias_correction:
-            # mean / (1. - beta1_t): a double literal, so double arithmetic
-            mean_hat = (m.astype(np.float64) / (1.0 - np.float64(b1_t))).astype(k.dt)
+            if half:   # 1. - beta1_t: half_t op double, computed in float, a half_t
+                mean_hat = m / dt(f32(1) - f32(b1_t))
+            else:      # mean / (1. - beta1_t): a double literal, so double arithmetic
+                mean_hat = (m.astype(np.float64) / (1.0 - np.float64(b1_t))).astype(k.dt)
             var_hat = v / (dt(1) - b2_t)
             upd = mean_hat / (np.sqrt(var_hat) + k.eps) + k.wd * w
         else:
@@ -1621,7 +1629,8 @@ class LAMB(Optimizer):
     clamp ||weight||).  MXNet's multi_lamb_update kernel, which its Updater uses for lists
     of indices (``MXNET_OPTIMIZER_AGGREGATION_SIZE`` >= 2, the default 45), for float32,
     float64 and float16 weights; one index at a time, lamb_update_phase1/2 and the norms
-    between them (float32 and float64).  row_sparse arrays take the storage fallback."""
+    between them (float32, float64 and float16).  row_sparse and csr arrays take the
+    storage fallback; with multi_precision, float16 weights take MXNet's mp kernels."""
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6,
                  lower_bound=None, upper_bound=None, bias_correction=True, **kwargs):
         super(LAMB, self).__init__(learning_rate=learning_rate, **kwargs)
