@@ -18,6 +18,8 @@ D = [[-0.0, 0.0, 1], [2, -0.0, 0.0], [-2, 0, 3]]
 def _parts(arr):
     if arr is None:
         return None
+    if isinstance(arr, (tuple, list)):   # (multi_precision: master copy and states)
+        return [_parts(a) for a in arr]
     if arr.stype == 'csr':
         return ['csr', arr.data.asnumpy(), arr.indices.asnumpy(), arr.indptr.asnumpy()]
     return [arr.stype, arr.asnumpy()]
@@ -131,11 +133,11 @@ def _grad(mx, step, dtype):
     return mx.nd.array(g, dtype=dtype)
 
 
-def optimizer_on_csr(mx, name, dtype, steps=6):
+def optimizer_on_csr(mx, name, dtype, steps=6, multi_precision=False):
     """`steps` updates of a csr weight by an Updater: the weight's and the states' parts
     after each, or where it raises"""
     opt_name, kwargs = OPTIMIZERS[name]
-    kwargs = dict(kwargs)
+    kwargs = dict(kwargs, multi_precision=multi_precision)
     aggregate_num = kwargs.pop('aggregate_num', None)
     kwargs.setdefault('learning_rate', 0.1)
     opt = mx.optimizer.create(opt_name, **kwargs)
@@ -168,6 +170,16 @@ def test_optimizer_on_csr_weight(both, name):
     steps = 1 if name == 'adamax' else 6
     assert_same_bits(optimizer_on_csr(mxnet, name, 'float32', steps),
                      optimizer_on_csr(mxkv, name, 'float32', steps), name)
+
+
+@pytest.mark.parametrize('name', sorted(OPTIMIZERS))
+def test_optimizer_on_csr_weight_float16_multi_precision(both, name):
+    """float16 csr weights with multi_precision: csr float32 master copies (and states),
+    MXNet's mp kernels or generic path through its storage fallback"""
+    mxnet, mxkv = both
+    steps = 1 if name == 'adamax' else 6   # (see test_optimizer_on_csr_weight)
+    assert_same_bits(optimizer_on_csr(mxnet, name, 'float16', steps, True),
+                     optimizer_on_csr(mxkv, name, 'float16', steps, True), name)
 
 
 @pytest.mark.parametrize('name', ['sgd_mom', 'nag_mom', 'adam', 'rmsprop', 'ftml',

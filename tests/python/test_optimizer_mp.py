@@ -129,6 +129,18 @@ def test_row_sparse_gradients_float16_multi_precision(both, case):
     assert_same_bits(expected, got, name)
 
 
+@pytest.mark.parametrize('case', range(len(RSP_CASES)), ids=_ids(RSP_CASES))
+def test_row_sparse_weights_float16_multi_precision(both, case):
+    """row_sparse float16 weights (every row stored) and gradients: row_sparse float32
+    master copies (and lazy states), the mp kernels through MXNet's storage fallback"""
+    mxnet, mxkv = both
+    name, kwargs = RSP_CASES[case]
+    expected = test_optimizer_rsp.trajectory(mxnet, name, _mp(kwargs), 'float16', 1,
+                                             'row_sparse')
+    got = test_optimizer_rsp.trajectory(mxkv, name, _mp(kwargs), 'float16', 1, 'row_sparse')
+    assert_same_bits(expected, got, name)
+
+
 def _parts(value):
     if value is None:
         return None
