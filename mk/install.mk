@@ -3,6 +3,7 @@
 #   make install   [PREFIX=/usr/local] [DESTDIR=]   lib/libmxkv.so.0 (+ libmxkv.so link, libmxkv.a),
 #                  include/mxkv/c_api.h, include/mxnet/c_api.h, lib/pkgconfig/libmxkv.pc
 #   make uninstall [PREFIX=...]                      removes exactly those files
+#                  (PREFIX absolute; as root without DESTDIR both run ldconfig)
 #   make install-check   installs into a temporary prefix, builds ctests/install/mxnet_program.c
 #                        with `pkg-config --cflags --libs libmxkv` only (gcc C11 and g++ C++17,
 #                        -Wall -Werror), runs both, links it statically too, uninstalls, and
@@ -22,7 +23,21 @@ INSTALLED  := $(LIBDIR_I)/libmxkv.so.0 $(LIBDIR_I)/libmxkv.so $(LIBDIR_I)/libmxk
 
 .PHONY: install uninstall install-check
 
+# PREFIX goes into the pkg-config file and the rpath it gives programs: a relative one
+# would point somewhere else from every other folder, so it is refused before anything
+# is written.
+define check_prefix
+	@case "$(PREFIX)" in /*) ;; *) echo "make: PREFIX must be an absolute path (got '$(PREFIX)')"; exit 1;; esac
+endef
+# The dynamic linker's cache lists system libraries by path: as root, without DESTDIR,
+# install and uninstall both refresh it (an uninstall that did not left libmxkv.so.0 in
+# `ldconfig -p` after the file was gone).
+define refresh_ldconfig
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+endef
+
 install: build
+	$(check_prefix)
 	install -d $(DESTDIR)$(LIBDIR_I) $(DESTDIR)$(INCDIR_I)/mxkv $(DESTDIR)$(INCDIR_I)/mxnet $(DESTDIR)$(PCDIR_I)
 	install -m 755 $(SO) $(DESTDIR)$(LIBDIR_I)/libmxkv.so.0
 	ln -sf libmxkv.so.0 $(DESTDIR)$(LIBDIR_I)/libmxkv.so
@@ -32,11 +47,13 @@ install: build
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR_I)|' -e 's|@INCLUDEDIR@|$(INCDIR_I)|' \
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@PRIVATE_LIBS@|$(PRIVATE_LIBS)|' mk/libmxkv.pc.in \
 	    > $(DESTDIR)$(PCDIR_I)/libmxkv.pc
-	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+	$(refresh_ldconfig)
 
 uninstall:
+	$(check_prefix)
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	-rmdir $(DESTDIR)$(INCDIR_I)/mxkv $(DESTDIR)$(INCDIR_I)/mxnet $(DESTDIR)$(PCDIR_I) 2>/dev/null
+	$(refresh_ldconfig)
 
 install-check: build
 	bash ctests/install/check.sh
