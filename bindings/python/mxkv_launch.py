@@ -65,7 +65,8 @@ Launcher options come before COMMAND (or end them with ``--``); everything
 from the first word that is not an option on belongs to COMMAND.
 
 This module needs only the Python standard library (3.8+) and POSIX; it can
-also be run as a script (``python mxkv/launch.py ...``).
+also be run as a script from a checkout (``python bindings/python/mxkv_launch.py ...``);
+``mxkv/launch.py`` only re-exports it (``python -m mxkv.launch`` where ``mxkv`` imports).
 """
 import argparse
 import errno
