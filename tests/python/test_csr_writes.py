@@ -63,6 +63,10 @@ def csr_writes(mx, dtype, case):
         d2 = mx.nd.array(D, dtype=dtype)
         d2 += c
         return d2
+
+    def inplace(op, other):
+        c2 = mx.nd.array(A, dtype=dtype).tostype('csr')
+        return getattr(c2, op)(other)
     cases = {
         'copyto': lambda: d.copyto(c),
         'copyto_other_shape': lambda: d.copyto(mx.nd.sparse.zeros('csr', (3, 4), dtype=dtype)),
@@ -79,6 +83,17 @@ def csr_writes(mx, dtype, case):
         'dense[0:1]=csr': lambda: dense_setitem(slice(0, 1)),
         'dense[:]=rsp': lambda: mx.nd.zeros((3, 3), dtype=dtype).__setitem__(
             slice(None), mx.nd.array(D, dtype=dtype).tostype('row_sparse')),
+        # csr results of MXNet's csr kernels: the structure kept, stored zeros too
+        'c*2': lambda: c * 2, '2*c': lambda: 2 * c, 'c/2': lambda: c / 2,
+        '2/c': lambda: 2 / c, '-c': lambda: -c, 'c*0': lambda: c * 0,
+        'c*-0.0': lambda: c * -0.0, 'c*nan': lambda: c * float('nan'),
+        'c+0': lambda: c + 0, 'c-0': lambda: c - 0, 'c+2': lambda: c + 2,
+        'c*d': lambda: c * d, 'd*c': lambda: d * c, 'c/d': lambda: c / d,
+        'abs(c)': lambda: abs(c), 'nd.abs': lambda: mx.nd.abs(c),
+        'nd.sqrt': lambda: mx.nd.sqrt(c), 'nd.square': lambda: mx.nd.square(c),
+        'nd.sign': lambda: mx.nd.sign(c),
+        'c*=0': lambda: inplace('__imul__', 0), 'c/=2': lambda: inplace('__itruediv__', 2),
+        'c*=d': lambda: inplace('__imul__', d),
     }
     return _outcome(mx, cases[case])
 
@@ -87,7 +102,10 @@ def csr_writes(mx, dtype, case):
                                   'setitem_csr', 'setitem_numpy', 'setitem_number',
                                   'setitem_part', 'setitem_int', 'c+d', 'd+c', 'c-d', 'd-c',
                                   'c+=d', 'c-=d', 'd+=c', 'dense[:]=csr', 'dense[0:1]=csr',
-                                  'dense[:]=rsp'])
+                                  'dense[:]=rsp', 'c*2', '2*c', 'c/2', '2/c', '-c', 'c*0',
+                                  'c*-0.0', 'c*nan', 'c+0', 'c-0', 'c+2', 'c*d', 'd*c',
+                                  'c/d', 'abs(c)', 'nd.abs', 'nd.sqrt', 'nd.square',
+                                  'nd.sign', 'c*=0', 'c/=2', 'c*=d'])
 @pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
 def test_csr_writes_as_mxnet(both, dtype, case):
     mxnet, mxkv = both

@@ -844,6 +844,14 @@ class NDArray(object):
 
     def _binary(self, other, ufunc, reverse=False, out=None):
         if isinstance(other, numeric_types):
+            if self.stype == 'csr' and out is None and (
+                    ufunc is np.multiply or (ufunc is np.true_divide and not reverse)
+                    or (ufunc in (np.add, np.subtract) and not reverse
+                        and other == 0)):
+                # _mul_scalar / _div_scalar of a csr array, _plus_scalar / _minus_scalar
+                # of 0: a csr array of its structure
+                from .sparse import _csr_scalar
+                return _csr_scalar(self, other, ufunc, reverse)
             if self._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
             rhs = self._scalar(other)
@@ -864,6 +872,12 @@ class NDArray(object):
                 csr_first = a.stype == 'csr'
                 return _csr_dense_add_sub(a if csr_first else b, b if csr_first else a,
                                           ufunc is np.subtract, csr_first, out=out)
+            if a.stype == 'csr' and b.stype == 'default' and a.shape == b.shape \
+                    and out is None and ufunc in (np.multiply, np.true_divide):
+                # elemwise_mul (csr * dense: a csr array of its structure); elemwise_div
+                # has no csr kernel and MXNet fails
+                from .sparse import _csr_dense_mul
+                return _csr_dense_mul(a, b, ufunc is np.true_divide)
             if self._is_sparse or other._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
             if other.dtype != self.dtype:
@@ -1505,6 +1519,9 @@ def _unary_fn(ufunc):
     def fn(data, out=None, **kwargs):  # pylint: disable=unused-argument
         if out is None and data.stype == 'row_sparse':  # 0 stays 0: on the stored rows
             return data._unary_rsp(ufunc)
+        if out is None and data.stype == 'csr':   # 0 stays 0: on the stored values
+            from .sparse import _csr_unary
+            return _csr_unary(data, ufunc)
         return data._unary(ufunc, out)
     return fn
 

@@ -698,6 +698,9 @@ class CSRNDArray(BaseSparseNDArray):
                 res.close()
         return self
 
+    def __abs__(self):
+        return _csr_unary(self, _dense._ABS)
+
     def __iadd__(self, other):
         return self._assign_result(self + other)
 
@@ -966,6 +969,51 @@ def _csr_dense_add_sub(csr, dns, subtract, csr_first, out=None):
         out = _dense.empty(dns.shape, ctx=dns.context, dtype=dns.dtype)
     out._sync_copyfrom(res)
     return out
+
+
+def _csr_scalar(csr, scalar, ufunc, reverse):
+    """_mul_scalar / _div_scalar of a csr array, as MXNet: the result keeps the array's
+    structure (a stored value that becomes 0 stays stored), each stored value computed
+    as the dense operator computes it"""
+    data, indptr, indices = csr._raw_parts()
+    with _dense.array(data, ctx=csr.context, dtype=csr.dtype) as data_nd:
+        with data_nd._binary(scalar, ufunc, reverse=reverse) as res:
+            values = _dense_raw(res)
+    return _csr_from_parts(values, indptr, indices, csr.shape, csr.context, csr.dtype)
+
+
+def _csr_unary(csr, ufunc):
+    """abs, sqrt, square, sign of a csr array, as MXNet: a csr array of its structure,
+    each stored value computed as the dense operator computes it"""
+    data, indptr, indices = csr._raw_parts()
+    with _dense.array(data, ctx=csr.context, dtype=csr.dtype) as data_nd:
+        with data_nd._unary(ufunc) as res:
+            values = _dense_raw(res)
+    return _csr_from_parts(values, indptr, indices, csr.shape, csr.context, csr.dtype)
+
+
+def _csr_dense_mul(csr, dns, divide):
+    """elemwise_mul(csr, dense) as MXNet: a csr array of the csr operand's structure,
+    each stored value times the dense element at its place (float32 and float64; MXNet
+    fails for other dtypes, and for elemwise_div of a csr and a dense array)"""
+    if divide:
+        raise MXNetError('elemwise_div of a csr and a dense array: MXNet 1.9.1 has no '
+                         'kernel for it (its storage type inference fails)')
+    if dtype_np_to_mx(csr.dtype) != dtype_np_to_mx(dns.dtype):
+        raise MXNetError('operands have different dtypes: %s vs %s'
+                         % (np.dtype(csr._np_dtype).name, np.dtype(dns._np_dtype).name))
+    if csr._np_dtype not in (np.float32, np.float64):
+        raise MXNetError('elemwise_mul of a csr and a dense array: MXNet 1.9.1 supports '
+                         'float32 and float64 only (got %s)' % np.dtype(csr._np_dtype).name)
+    row_ids, cols, data = csr._coords()
+    _, indptr, indices = csr._raw_parts()
+    values = dns.asnumpy()
+    with np.errstate(all='ignore'):
+        prod = data * values[row_ids, cols]
+    nnz = prod.size
+    return _csr_from_parts(prod, indptr[:csr.shape[0] + 1] if nnz else indptr,
+                           indices[:nnz] if nnz else indices, csr.shape, csr.context,
+                           csr.dtype)
 
 
 def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):
