@@ -14,6 +14,6 @@ wheel: $(VENV)/.base
 
 ## The wheel above, installed into a fresh venv (no system site-packages) in a temporary
 ## folder; examples/tutorial.py copied there runs with no MXKV_LIBRARY_PATH or PYTHONPATH
-## and prints what MXNet 1.9.1 prints.
+## and prints what MXNet 1.9.1 prints; its mxkv-launch runs a 2-worker, 1-server dist_sync job.
 wheel-check: $(VENV)/.ref
 	CARGO=$(CARGO) $(PY) tests/python/test_wheel.py check --out $(WHEEL_DIR)

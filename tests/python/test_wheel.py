@@ -6,7 +6,8 @@ build/wheel-target) and must give a ``py3-none-<platform>`` wheel holding
 venv (no system site-packages; numpy 1.23.5 from the pip cache or PyPI), it
 must run ``examples/tutorial.py`` copied to a folder outside the clone, with
 no MXKV_LIBRARY_PATH or PYTHONPATH, and print what the reference prints
-(real MXNet 1.9.1 when it is installed, else the source checkout's mxkv).
+(real MXNet 1.9.1 when it is installed, else the source checkout's mxkv), and its
+``mxkv-launch`` must run a 2-worker, 1-server ``dist_sync`` job on 127.0.0.1.
 
 Slow (a release build of the crate the first time): one test does it all.
 Also a script, for ``make wheel`` / ``make wheel-check`` (mk/wheel.mk):
@@ -137,6 +138,37 @@ def reference_output(workdir):
     return run_tutorial(sys.executable, workdir, env), 'mxnet' if has_mxnet else 'mxkv (source)'
 
 
+# every worker pushes rank + 1 into a key initialised to 100 (ones); with 2 workers the
+# servers' sum is 3, and each worker prints the value it pulled and the library it used
+CLUSTER_JOB = r'''
+import mxkv as mx
+kv = mx.kv.create('dist_sync')
+kv.init(7, mx.nd.ones((2, 3)) * 100)
+kv.push(7, mx.nd.ones((2, 3)) * (kv.rank + 1))
+out = mx.nd.zeros((2, 3))
+kv.pull(7, out=out)
+print('rank=%d workers=%d pulled=%s lib=%s' % (kv.rank, kv.num_workers,
+      sorted(set(out.asnumpy().ravel().tolist())), mx.base.library_path))
+'''
+
+
+def run_cluster(venv_dir, run_dir, env):
+    """`mxkv-launch -n 2 -s 1` of the venv runs CLUSTER_JOB with the venv's python."""
+    script = os.path.join(run_dir, 'cluster_job.py')
+    with open(script, 'w') as fout:
+        fout.write(CLUSTER_JOB)
+    python = os.path.join(venv_dir, 'bin', 'python')
+    env = dict(env, MXKV_TIMEOUT_S='60')
+    out = _run([os.path.join(venv_dir, 'bin', 'mxkv-launch'), '-n', '2', '-s', '1',
+                '--timeout', str(RUN_TIMEOUT - 60), python, script],
+               RUN_TIMEOUT, env=env, cwd=run_dir)
+    lib = _run([python, '-c', 'import mxkv; print(mxkv.base.library_path)'], RUN_TIMEOUT,
+               env=env, cwd=run_dir).strip()
+    for rank in (0, 1):
+        line = '[worker %d] rank=%d workers=2 pulled=[3.0] lib=%s' % (rank, rank, lib)
+        assert line in out.splitlines(), 'no %r in:\n%s' % (line, out)
+
+
 def check_installed(wheel, workdir, log=lambda *a: None):
     """Install `wheel` into a fresh venv under workdir and check it; return the tutorial output."""
     assert not os.path.abspath(workdir).startswith(REPO + os.sep), workdir
@@ -163,6 +195,11 @@ def check_installed(wheel, workdir, log=lambda *a: None):
     assert ours.count('update on key:') == 7, ours
     assert ours == ref, 'tutorial output differs from %s:\n%s\n---\n%s' % (what, ours, ref)
     log('tutorial output matches %s' % what)
+
+    # the installed mxkv-launch starts a real cluster (scheduler, 1 server, 2 workers on
+    # 127.0.0.1) whose every node runs the installed package's library
+    run_cluster(venv_dir, run_dir, env)
+    log('mxkv-launch -n 2 -s 1 ran a dist_sync job with the installed package')
 
     # without its library, the installed package says to reinstall the wheel, not to build
     os.remove(os.path.join(site, 'mxkv', 'libmxkv.so'))
