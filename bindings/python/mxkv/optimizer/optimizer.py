@@ -238,8 +238,9 @@ class _StandIns(object):
     fallback (a dense kernel on dense copies): the results are cast back to row_sparse,
     keeping the rows with a non-zero element.  A csr weight always takes the fallback (MXNet
     has no update kernel for csr): the results are cast back to csr, keeping the elements
-    != 0 (NaN too, not -0.0); its row_sparse gradients (``kernel=True``) are refused.  Dense
-    weights and states pass through."""
+    != 0 (NaN too, not -0.0); callers densify its row_sparse gradients first
+    (``_csr_weight_grad``), ``kernel=True`` is refused for it.  Dense weights and states
+    pass through."""
 
     def __init__(self, weight, state, kernel, func='update'):
         self.weight, self.state, self.kernel, self.func = weight, state, kernel, func
@@ -290,6 +291,14 @@ class _StandIns(object):
 
 def _is_rsp(arr):
     return isinstance(arr, NDArray) and arr.stype == 'row_sparse'
+
+
+def _csr_weight_grad(weight, grad):
+    """the gradient an update kernel sees for a csr weight: MXNet has no kernel for csr
+    weights, its storage fallback densifies a row_sparse gradient too"""
+    if isinstance(weight, NDArray) and weight.stype == 'csr' and _is_rsp(grad):
+        return grad.tostype('default')
+    return grad
 
 
 def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient, lazy_update=True):
@@ -1105,6 +1114,7 @@ def _sgd_step(weight, grad, state, lr, wd, momentum, rescale_grad, clip_g, lazy_
     """One index's sgd_update (no state) or sgd_mom_update: the per-index path of SGD
     and LARS (MXNet's unaggregated SGD kernels)."""
     func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
+    grad = _csr_weight_grad(weight, grad)
     with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
         if st is not None:
             _sgd_mom_update(w, grad, st, lr, wd, momentum, rescale_grad, clip_g, lazy_update)
@@ -1267,6 +1277,7 @@ class NAG(Optimizer):
                                 self.rescale_grad, self._clip_param(),
                                 out_is_weight=w is weight)
         else:
+            grad = _csr_weight_grad(weight, grad)
             with _StandIns(weight, None, _is_rsp(grad), 'SGDUpdate') as (w, _):
                 _sgd_update(w, grad, lr, wd, self.rescale_grad, self._clip_param())
 
@@ -1295,6 +1306,7 @@ class Adam(Optimizer):
         coef1 = 1. - self.beta1**t
         coef2 = 1. - self.beta2**t
         lr *= math.sqrt(coef2) / coef1
+        grad = _csr_weight_grad(weight, grad)
         with _StandIns(weight, state, _is_rsp(grad), 'AdamUpdate') as (w, (mean, var)):
             _adam_update(w, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
                          self.rescale_grad, self._clip_param(), self.lazy_update)
@@ -1315,6 +1327,9 @@ class AdaGrad(Optimizer):
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         if _is_rsp(grad):
+            if weight.stype == 'csr':
+                raise MXNetError('AdaGrad with a row_sparse gradient for a csr weight: '
+                                 'MXNet 1.9.1 has no _sparse_adagrad_update kernel for it')
             if dmlc_float(wd) != 0 or state.stype != weight.stype:
                 raise MXNetError('AdaGrad with a row_sparse gradient needs wd = 0 and a '
                                  'history of the weight\'s storage type: MXNet 1.9.1 has no '
@@ -1953,6 +1968,7 @@ class LBSGD(Optimizer):
             momentum = self.momentum if self.momentum > 0 else 0.0
             clip_g = self._clip_param()
             func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
+            grad = _csr_weight_grad(weight, grad)
             with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
                 if st is not None:
                     _sgd_mom_update(w, grad, st, lr, wd, momentum, self.rescale_grad, clip_g)
@@ -1960,6 +1976,7 @@ class LBSGD(Optimizer):
                     _sgd_update(w, grad, lr, wd, self.rescale_grad, clip_g)
             self._reset_cum_gradient(index)
         else:
+            grad = _csr_weight_grad(weight, grad)
             with _StandIns(weight, None, _is_rsp(grad), 'SGDUpdate') as (w, _):
                 _sgd_update(w, grad, 0.0, wd, 1.0, -1.0)
 
