@@ -28,6 +28,12 @@ residual), which no reordering may shorten.  So:
   reproduces the kernel.  Where |y| <= |s| the residual ``(t - s) - y`` is exact
   (Fast2Sum) and needs no rounding.  NaN results of the lanes are computed again in
   the loop, whose operand order for two NaNs is the kernel's.
+
+Which NaN an operation passes on: MXNet's x86 code gives ``a``'s for ``a - b`` and
+``a + b`` with two NaN operands.  CPython's ``a - b`` does too, but its ``a + b`` gives
+``b``'s until the interpreter specialises the addition for floats (the first few times
+an addition runs in a process), then ``a``'s: the loops set ``t = s`` themselves where
+both are NaN.
 """
 import math
 import struct
@@ -87,6 +93,8 @@ def _chain_f64(values, s=0.0, c=0.0):
     for x in values:
         y = x - c
         t = s + y
+        if t != t and s != s:  # two NaNs: s's (see the module's docstring)
+            t = s
         if t - t != 0 and t == t:  # +-inf
             c = 0.0
         else:
@@ -104,6 +112,8 @@ def _chain_f32(values, s=0.0, c=0.0):
         y = view[0]
         view[0] = s + y
         t = view[0]
+        if t != t and s != s:  # two NaNs: s's (see the module's docstring)
+            t = s
         if t - t != 0 and t == t:  # +-inf
             c = 0.0
         elif -s <= y <= s or s <= y <= -s:  # Fast2Sum: (t - s) - y is exact
@@ -123,6 +133,8 @@ def _chain(values, rnd, nearest, s=0.0, c=0.0):
     for x in values:
         y = rnd(x - c)
         t = rnd(s + y)
+        if t != t and s != s:  # two NaNs: s's (see the module's docstring)
+            t = s
         if nearest and t - t != 0 and t == t:  # +-inf
             c = 0.0
         elif nearest and (-s <= y <= s or s <= y <= -s):
