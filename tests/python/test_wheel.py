@@ -3,7 +3,8 @@
 `pip wheel bindings/python` compiles libmxkv with cargo (setuptools-rust, into
 build/wheel-target) and must give a ``py3-none-<platform>`` wheel holding
 ``mxkv/libmxkv.so`` and every module of the package.  Installed into a fresh
-venv (no system site-packages; numpy 1.23.5 from the pip cache or PyPI), it
+venv (no system site-packages) with the oldest numpy series its metadata allows
+(from the pip cache or PyPI: `numpy>=1.23` gives 1.23.5), it
 must run ``examples/tutorial.py`` copied to a folder outside the clone, with
 no MXKV_LIBRARY_PATH or PYTHONPATH, and print what the reference prints
 (real MXNet 1.9.1 when it is installed, else the source checkout's mxkv), and its
@@ -17,6 +18,7 @@ Also a script, for ``make wheel`` / ``make wheel-check`` (mk/wheel.mk):
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -106,13 +108,36 @@ def check_wheel(path, modules):
     assert 'mxkv-launch = mxkv_launch:main' in entry_points, entry_points
 
 
+def numpy_floor(wheel):
+    """'X.Y' from the wheel's `Requires-Dist: numpy>=X.Y...`: the oldest numpy it allows."""
+    with zipfile.ZipFile(wheel) as whl:
+        meta = [n for n in whl.namelist() if n.endswith('.dist-info/METADATA')]
+        assert len(meta) == 1, meta
+        text = whl.read(meta[0]).decode()
+    reqs = [line.split(':', 1)[1].strip() for line in text.splitlines()
+            if line.startswith('Requires-Dist:')]
+    numpy = [r for r in reqs if re.match(r'numpy\b', r)]
+    assert len(numpy) == 1, reqs
+    floor = re.search(r'>=\s*(\d+)\.(\d+)', numpy[0])
+    assert floor, 'the wheel gives numpy no lower bound: %s' % numpy[0]
+    return '%s.%s' % floor.groups()
+
+
 def fresh_venv(venv_dir, wheel):
-    """A venv without system site-packages, with the wheel and numpy installed; its python."""
+    """A venv without system site-packages, with the wheel and the oldest numpy series its
+    metadata allows (a binary numpy X.Y.* for `numpy>=X.Y`) installed; its python. So the
+    checks below hold for the oldest numpy a user may get, and a floor this Python has no
+    numpy wheel for fails here."""
     env = clean_env()
     _run([sys.executable, '-m', 'venv', venv_dir], PIP_TIMEOUT, env=env)
     python = os.path.join(venv_dir, 'bin', 'python')
-    _run([python, '-m', 'pip', 'install', '-q', wheel, 'numpy==1.23.5'], PIP_TIMEOUT, env=env,
-         cwd=venv_dir)
+    floor = numpy_floor(wheel)
+    try:
+        _run([python, '-m', 'pip', 'install', '-q', '--only-binary', 'numpy', wheel,
+              'numpy==%s.*' % floor], PIP_TIMEOUT, env=env, cwd=venv_dir)
+    except RuntimeError as err:
+        raise AssertionError('the wheel allows numpy %s, which does not install as a binary '
+                             'wheel for this Python:\n%s' % (floor, err))
     return python
 
 
