@@ -1,9 +1,10 @@
 """``mx.random.seed`` and the samplers of ``mx.nd.random`` / ``mx.nd.random_*`` (issue 9,
 section 5).
 
-mxkv draws with numpy, so values are not MXNet's: the differential checks compare what is
-deterministic (shapes, dtypes, contexts, returned objects, which calls fail and how), and
-the rest checks that mxkv is reproducible under a seed and samples the right distribution.
+The differential checks here compare shapes, dtypes, contexts, returned objects, which
+calls fail and how; the rest checks that mxkv is reproducible under a seed and samples the
+right distribution.  That the numbers themselves are MXNet's (CPU contexts) is
+test_random_mxnet_bits.py.
 """
 import numpy as np
 import pytest
@@ -179,7 +180,8 @@ def test_uniform_and_normal_sample_their_distributions(mxkv):
     assert n.dtype == np.float64
     assert abs(n.mean() - 2) < 0.02 and abs(n.std() - 0.5) < 0.02
     h = mx.nd.random.uniform(0, 1, shape=(50000,), dtype='float16').asnumpy()
-    assert h.dtype == np.float16 and h.min() >= 0 and h.max() < 1
+    # as in MXNet, a draw above 1 - 2**-12 rounds to high in float16
+    assert h.dtype == np.float16 and h.min() >= 0 and h.max() <= 1
     r = mx.nd.random.randint(-3, 3, shape=(5000,)).asnumpy()
     assert r.dtype == np.int32 and set(r.tolist()) == set(range(-3, 3))
 

@@ -1,20 +1,24 @@
 """Random sampling (``mxnet.nd.random``): uniform, normal, randn, randint, seeded by
 ``mxkv.random.seed``.
 
-libmxkv has no operators, so samples come from numpy's PCG64 generator and are copied
-into a new (or the given ``out``) NDArray.  The API follows MXNet 1.9.1: parameters as
-numbers (every element from one distribution) or as NDArrays (one distribution per
-element, ``shape`` more samples each), ``dtype`` float16/float32/float64 (int32/int64
-for randint), ``ctx``, ``out``; the parameter checks MXNet's operators make raise
-MXNetError with MXNet's wording.  Seeding works as in MXNet: one generator for all CPU
-contexts (``seed(s)`` and ``seed(s, ctx=mx.cpu(k))`` are the same), one per GPU
-(``seed(s)`` gives each GPU its own stream, ``seed(s, ctx=mx.gpu(i))`` the stream of
-``s`` alone), seeds taken modulo 2**32 (MXNet passes them as a C int), and a fresh
-process draws the same numbers as one seeded with 0.  The numbers themselves are not
-MXNet's (MXNet's CPU sampler runs several mt19937 streams in parallel chunks): a seed
-makes mxkv reproducible, not bit-identical to MXNet.
+libmxkv has no operators: the samples are computed here (numpy) and copied into a new (or
+the given ``out``) NDArray.  On CPU contexts they are MXNet 1.9.1's numbers, bit for bit:
+the same 1024 std::mt19937 engines seeded the same way, the same split of a draw over
+them, libstdc++'s distributions and the C library's log, MXNet's arithmetic with the
+parameters (see the notes above ``_MTBank``).  GPU contexts draw from numpy's PCG64 (MXNet
+uses cuRAND's Philox there), seeded reproducibly but not MXNet's numbers.  The API follows
+MXNet 1.9.1: parameters as numbers (every element from one distribution) or as NDArrays
+(one distribution per element, ``shape`` more samples each), ``dtype``
+float16/float32/float64 (int32/int64 for randint), ``ctx``, ``out``; the parameter checks
+MXNet's operators make raise MXNetError with MXNet's wording.  Seeding works as in MXNet:
+one generator for all CPU contexts (``seed(s)`` and ``seed(s, ctx=mx.cpu(k))`` are the
+same), one per GPU (``seed(s)`` gives each GPU its own stream, ``seed(s, ctx=mx.gpu(i))``
+the stream of ``s`` alone), seeds taken modulo 2**32 (MXNet passes them as a C int), and a
+fresh process draws the same numbers as one seeded with 0.
 """
 import ctypes
+import ctypes.util
+import math
 import threading
 
 import numpy as np
@@ -32,6 +36,204 @@ _FLOAT_DTYPES = ('float16', 'float32', 'float64')
 _INT_DTYPES = ('int32', 'int64')
 
 
+# --- MXNet 1.9.1's CPU sampler ---------------------------------------------------------
+# MXNet's CPU parallel random resource (src/resource.cc, include/mxnet/random_generator.h,
+# src/operator/random/sampler.h): one RandGenerator per CPU (MXNET_CPU_PARALLEL_RAND_COPY
+# copies, default 1) holding kNumRandomStates = 1024 std::mt19937 engines; the engine j of
+# a generator seeded with `base` is std::mt19937(base + j), base = seed * 127 (mod 2**32;
+# 0 in a fresh process).  An operator drawing N numbers splits them into
+# nthread = min(ceil(N / 64), 1024) chunks of step = ceil(N / nthread) consecutive outputs;
+# chunk j draws with engine j, which keeps its state for the next operator.  The result
+# does not depend on the number of OpenMP threads.  Each number comes from libstdc++'s
+# distributions constructed afresh per number: uniform_real_distribution<FType> (FType =
+# float for float32 outputs, double for float64 and float16), normal_distribution<FType>
+# (Marsaglia's polar method; a fresh distribution returns y * mult and drops the cached
+# x * mult), and randint's (w1 << 31) + w2 modulo (high - low).
+_MT_N = 624
+_MT_M = 397
+_NUM_STATES = 1024
+_MIN_PER_THREAD = 64
+_RAND_MAGIC = 127
+_U32 = np.uint32
+
+
+def _init_genrand(seeds):
+    """std::mt19937(seed).seed() key arrays for each of `seeds` (uint32), shape (len, 624)"""
+    key = np.empty((len(seeds), _MT_N), dtype=np.uint64)
+    prev = np.asarray(seeds, dtype=np.uint64) & np.uint64(0xFFFFFFFF)
+    key[:, 0] = prev
+    mul, mask = np.uint64(1812433253), np.uint64(0xFFFFFFFF)
+    for i in range(1, _MT_N):
+        prev = (mul * (prev ^ (prev >> np.uint64(30))) + np.uint64(i)) & mask
+        key[:, i] = prev
+    return key.astype(_U32)
+
+
+def _twist(old):
+    """the next block of mt19937 key words, for every row at once"""
+    new = np.empty_like(old)
+    upper, lower, mat = _U32(0x80000000), _U32(0x7FFFFFFF), _U32(0x9908B0DF)
+
+    def step(cur, nxt, far):
+        y = (cur & upper) | (nxt & lower)
+        return far ^ (y >> _U32(1)) ^ ((y & _U32(1)) * mat)
+
+    d = _MT_N - _MT_M  # 227
+    new[:, :d] = step(old[:, :d], old[:, 1:d + 1], old[:, _MT_M:])
+    new[:, d:2 * d] = step(old[:, d:2 * d], old[:, d + 1:2 * d + 1], new[:, :d])
+    new[:, 2 * d:_MT_N - 1] = step(old[:, 2 * d:_MT_N - 1], old[:, 2 * d + 1:],
+                                   new[:, d:_MT_N - 1 - d])
+    new[:, _MT_N - 1] = step(old[:, _MT_N - 1], new[:, 0], new[:, _MT_M - 1])
+    return new
+
+
+def _temper(key):
+    y = key ^ (key >> _U32(11))
+    y ^= (y << _U32(7)) & _U32(0x9D2C5680)
+    y ^= (y << _U32(15)) & _U32(0xEFC60000)
+    return y ^ (y >> _U32(18))
+
+
+class _MTBank(object):
+    """MXNet's 1024 std::mt19937 engines of one CPU parallel random resource"""
+
+    def __init__(self, base):
+        self.key = _init_genrand((np.arange(_NUM_STATES, dtype=np.uint64) + base))
+        self.pos = np.full(_NUM_STATES, _MT_N, dtype=np.int64)  # 624: twist before use
+        self._pending = None
+
+    def peek(self, m, n):
+        """the next `n` 32-bit outputs of engines 0..m-1, shape (m, n), without consuming"""
+        pos = self.pos[:m]
+        nblocks = max(1, -(-int(pos.max() + n) // _MT_N))
+        keys = [self.key[:m]]
+        for _ in range(nblocks - 1):
+            keys.append(_twist(keys[-1]))
+        stream = np.concatenate([_temper(k) for k in keys], axis=1)
+        self._pending = (m, keys)
+        first = int(pos[0])
+        if (pos == first).all():  # after a seed, and for fixed-size draws
+            return stream[:, first:first + n]
+        idx = pos[:, None] + np.arange(n, dtype=np.int64)[None, :]
+        return np.take_along_axis(stream, idx, axis=1)
+
+    def consume(self, counts):
+        """engines 0..m-1 of the last peek move on by counts[j] outputs"""
+        m, keys = self._pending
+        self._pending = None
+        newp = self.pos[:m] + np.asarray(counts, dtype=np.int64)
+        blk = newp // _MT_N
+        rem = newp - blk * _MT_N
+        back = (rem == 0) & (blk > 0)
+        blk[back] -= 1
+        rem[back] = _MT_N
+        stacked = np.stack(keys)
+        self.key[:m] = stacked[blk, np.arange(m)]
+        self.pos[:m] = rem
+
+
+def _libm():
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')
+        fn = lib.logf
+        fn.restype = ctypes.c_float
+        fn.argtypes = [ctypes.c_float]
+        return fn
+    except (OSError, AttributeError):  # pragma: no cover - no C math library
+        return None
+
+
+_LOGF = _libm()
+
+
+def _log(values):
+    """the C library's log (double) / logf (float) of each value: MXNet's numbers come from
+    them, numpy's own (SIMD) log differs in the last bit for about a fifth of them"""
+    if values.dtype == np.float32:
+        if _LOGF is None:  # pragma: no cover
+            return np.log(values)
+        return np.array(list(map(_LOGF, values.tolist())), dtype=np.float32)
+    return np.array(list(map(math.log, values.tolist())), dtype=np.float64)
+
+
+def _canonical(words, ftype):
+    """libstdc++'s generate_canonical<FType> from std::mt19937 outputs: one word for float,
+    two (low word first) for double; a result that rounds up to 1 becomes the largest
+    number below 1"""
+    if ftype == np.float32:
+        u = words.astype(np.float32) / np.float32(4294967296.0)
+        one = np.float32(1)
+    else:
+        u = (words[..., 0::2].astype(np.float64)
+             + words[..., 1::2].astype(np.float64) * 4294967296.0) / 18446744073709551616.0
+        one = 1.0
+    u[u >= one] = np.nextafter(one, ftype(0))
+    return u
+
+
+def _split(n):
+    """LaunchRNG's chunks: (number of engines, outputs per engine)"""
+    nthread = min(-(-n // _MIN_PER_THREAD), _NUM_STATES)
+    return nthread, -(-n // nthread)
+
+
+_ROUND = 4096  # outputs per engine drawn at once (bounds the memory for big draws)
+
+
+def _mt_draw(bank, kind, n, ftype):
+    """MXNet's n draws before the parameters are applied: canonical uniforms (FType),
+    standard normals (FType), or randint's int64 (w1 << 31) + w2"""
+    res = np.empty(n, dtype=np.int64 if kind == 'randint' else ftype)
+    if n <= 0:
+        return res
+    nthread, step = _split(n)
+    starts = np.arange(nthread, dtype=np.int64) * step
+    remaining = np.maximum(np.minimum(starts + step, n) - starts, 0)
+    filled = np.zeros(nthread, dtype=np.int64)
+    while remaining.any():
+        want = np.minimum(remaining, _ROUND)
+        top = int(want.max())
+        if kind == 'normal':
+            per = 1 if ftype == np.float32 else 2
+            npairs = top + top // 3 + 32
+            words = bank.peek(nthread, 2 * per * npairs)
+            u = _canonical(words, ftype).reshape(nthread, npairs, 2)
+            two, one = ftype(2), ftype(1)
+            x = two * u[:, :, 0] - one
+            y = two * u[:, :, 1] - one
+            r2 = x * x + y * y
+            ok = (r2 <= one) & (r2 != ftype(0))
+            rank = np.cumsum(ok, axis=1)
+            take = ok & (rank <= want[:, None])
+            got = np.minimum(rank[:, -1], want)
+            # pairs consumed: up to the want-th accepted one, or all of them
+            used = np.where(rank[:, -1] >= want, np.argmax(rank >= want[:, None], axis=1) + 1,
+                            npairs)
+            used[want == 0] = 0
+            bank.consume(used * 2 * per)
+            rr = r2[take]
+            mult = np.sqrt(ftype(-2) * _log(rr) / rr)
+            vals = y[take] * mult
+            dest = (starts + filled)[:, None] + rank - 1
+            res[dest[take]] = vals
+        else:
+            per = 1 if (kind == 'uniform' and ftype == np.float32) else 2
+            words = bank.peek(nthread, per * top)
+            bank.consume(want * per)
+            if kind == 'uniform':
+                vals = _canonical(words, ftype)
+            else:
+                w = words.astype(np.uint64)
+                vals = ((w[:, 0::2] << np.uint64(31)) + w[:, 1::2]).view(np.int64)
+            take = np.arange(top)[None, :] < want[:, None]
+            dest = (starts + filled)[:, None] + np.arange(top)[None, :]
+            res[dest[take]] = vals[take]
+            got = want
+        filled += got
+        remaining -= got
+    return res
+
+
 def _key(ctx):
     """CPU-like contexts share one generator (as in MXNet); a GPU has its own."""
     if ctx.device_type == 'gpu':
@@ -40,7 +242,9 @@ def _key(ctx):
 
 
 def _new_generator(key, seed_state, global_seed):
-    if key[0] == 'gpu' and global_seed:  # seed(s): each GPU's stream also depends on its id
+    if key[0] == 'cpu':  # MXNet's CPU resource: engines seeded with seed * 127 + j
+        return _MTBank((seed_state * _RAND_MAGIC) & 0xFFFFFFFF)
+    if global_seed:  # seed(s): each GPU's stream also depends on its id
         material = [seed_state, 2, key[1]]
     else:
         material = [seed_state]
@@ -102,19 +306,71 @@ def _deliver(values, out, dtype, ctx):
     return array(values.astype(dtype, copy=False), ctx=ctx, dtype=dtype)
 
 
-def _draw(kind, ctx, size, params):
-    """numpy samples (float64, or int64 for randint) of `size` from the generator of `ctx`"""
+def _as_ftype(par, ftype):
+    """a parameter in the C++ arithmetic with FType: integers convert to FType first"""
+    return par.astype(ftype) if par.dtype.kind in 'iub' else par
+
+
+def _to_otype(values, otype):
+    """OType(value): mshadow's half_t converts a double through float"""
+    if otype == 'float16' and values.dtype == np.float64:
+        values = values.astype(np.float32)
+    return values.astype(otype)
+
+
+def _draw(kind, ctx, shape, params, otype):
+    """the samples of `shape` in dtype `otype` from the generator of `ctx`; params are flat
+    numpy arrays (one element: one distribution; else one per element, MXNet's nBatch
+    consecutive samples each)"""
+    size = int(np.prod(shape, dtype=np.int64))
     with _LOCK:
         gen = _generator(ctx)
+        if isinstance(gen, _MTBank):
+            ftype = np.float32 if otype == 'float32' else np.float64
+            raw = _mt_draw(gen, kind, size, ftype)
+        else:
+            raw = None
+            if kind == 'uniform':
+                unit = gen.random(size)
+            elif kind == 'normal':
+                unit = gen.standard_normal(size)
+    nparm = params[0].size
+    if nparm == 1:
+        pars = [p.reshape(()) for p in params]
+    else:
+        idx = np.arange(size, dtype=np.int64) // (1 + (size - 1) // nparm)
+        pars = [p[idx] for p in params]
+    if raw is None:  # a GPU: numpy's generator, not MXNet's numbers
+        if kind == 'randint':
+            with _LOCK:
+                vals = gen.integers(pars[0], pars[1], size=size, dtype=np.int64)
+        elif kind == 'uniform':
+            vals = pars[0].astype(np.float64) + (pars[1].astype(np.float64)
+                                                 - pars[0].astype(np.float64)) * unit
+            vals = _below_high(vals, pars[0], pars[1], otype)
+        else:
+            vals = pars[0].astype(np.float64) + pars[1].astype(np.float64) * unit
+        return _to_otype(np.asarray(vals), otype).reshape(shape)
+    if pars[0].dtype == np.float16:  # mshadow's half_t: each operation in float, to half
+        h, f = np.float16, np.float32
+        raw = raw.astype(f)
         if kind == 'uniform':
-            low, high = params
-            unit = gen.random(size)
-            return low + (high - low) * unit
-        if kind == 'normal':
-            loc, scale = params
-            return loc + scale * gen.standard_normal(size)
-        low, high = params
-        return gen.integers(low, high, size=size, dtype=np.int64, endpoint=False)
+            vals = ((pars[1] - pars[0]).astype(f) * raw).astype(h)
+            vals = (pars[0].astype(f) + vals.astype(f)).astype(h)
+        else:
+            vals = (raw * pars[1].astype(f)).astype(h)
+            vals = (vals.astype(f) + pars[0].astype(f)).astype(h)
+    elif kind == 'uniform':  # lower + (upper - lower) * uniform()
+        low, high = pars
+        if low.dtype.kind in 'iub':
+            vals = low.astype(raw.dtype) + (high - low).astype(raw.dtype) * raw
+        else:
+            vals = low + (high - low) * raw
+    elif kind == 'normal':  # normal() * std + mean
+        vals = raw * _as_ftype(pars[1], raw.dtype) + _as_ftype(pars[0], raw.dtype)
+    else:  # lower + rand_int64() % (upper - lower), C's truncating remainder
+        vals = pars[0] + np.fmod(raw, pars[1] - pars[0])
+    return _to_otype(np.asarray(vals), otype).reshape(shape)
 
 
 def _below_high(values, low, high, dtype):
@@ -145,30 +401,26 @@ def _sample(kind, params, shape, dtype, ctx, out, op, check):
         if out is not None and out.shape != full:
             raise MXNetError('Shape inconsistent, Provided = %s, inferred shape=%s (in '
                              'operator %s)' % (list(out.shape), list(full), op))
-        pars = [p.asnumpy().astype(np.float64).reshape(base_shape + (1,) * len(extra))
-                for p in params]
+        pars = [p.asnumpy().reshape(-1) for p in params]
         ctx = params[0].context if out is None else out.context
-        values = _draw(kind, ctx, full, pars)
-        if kind == 'uniform':
-            values = _below_high(values, pars[0], pars[1], dtype)
-        return _deliver(values, out, dtype, ctx)
+        otype = out._np_dtype.name if out is not None else dtype
+        return _deliver(_draw(kind, ctx, full, pars, otype), out, dtype, ctx)
     if isinstance(params[0], numeric_types) and not isinstance(params[0], bool):
         for par in params[1:]:
             if not isinstance(par, numeric_types) or isinstance(par, bool):
                 raise MXKVUsageError('Distribution parameters must all have the same type, '
                                      'but got both %s and %s.' % (type(params[0]), type(par)))
-        pars = [float(p) for p in params]
-        check(*pars)
+        check(*[float(p) for p in params])
         if out is None and (shape is _Null or shape is None):
             shape = 1
         size = _out_shape(shape, out, op)
         ctx = (out.context if out is not None else
                current_context() if ctx is None or ctx is _Null else ctx)
-        values = _draw(kind, ctx, size, pars)
-        if kind == 'uniform':
-            values = _below_high(values, pars[0], pars[1],
-                                 out._np_dtype if out is not None else dtype)
-        return _deliver(values, out, dtype, ctx)
+        # MXNet passes the parameters as float (randint: int64) tensors
+        ptype = np.int64 if kind == 'randint' else np.float32
+        pars = [np.array([p], dtype=ptype) for p in params]
+        otype = out._np_dtype.name if out is not None else dtype
+        return _deliver(_draw(kind, ctx, _shape_tuple(size), pars, otype), out, dtype, ctx)
     raise ValueError('Distribution parameters must be either NDArray or numbers, but got %s.'
                      % type(params[0]))
 
