@@ -203,7 +203,7 @@ def test_dcasgd_with_momentum_fails_as_in_mxnet(both):
         assert (out.asnumpy() == 1).all()
 
 
-# --- SGLD: the deterministic step is MXNet's, the noise is numpy's ---------------------
+# --- SGLD: MXNet's step and MXNet's noise (mx.random, test_random_mxnet_bits.py) --------
 @pytest.mark.parametrize('kwargs', [{}, {'learning_rate': 0.1, 'wd': 0.01,
                                          'clip_gradient': 0.3, 'rescale_grad': 0.7}])
 @pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
@@ -221,6 +221,23 @@ def test_sgld_without_noise(both, monkeypatch, kwargs, dtype):
     monkeypatch.setattr(mxkv.optimizer.optimizer, 'normal', zeros_of(mxkv))
     assert_same_bits(test_optimizers.trajectory(mxnet, 'sgld', kwargs, dtype=dtype),
                      test_optimizers.trajectory(mxkv, 'sgld', kwargs, dtype=dtype), 'sgld')
+
+
+@pytest.mark.parametrize('kwargs', [{}, {'learning_rate': 0.1, 'wd': 0.01,
+                                         'clip_gradient': 0.3, 'rescale_grad': 0.7}])
+@pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
+@pytest.mark.parametrize('seed', [0, 3])
+@pytest.mark.filterwarnings('ignore:Accumulating with float16')
+def test_sgld_trajectory_with_noise_is_mxnets(both, kwargs, dtype, seed):
+    """20 SGLD steps on two keys after mx.random.seed: the noise is MXNet's numbers, so the
+    whole trajectory is MXNet's bits (before, only the noiseless trajectory was)"""
+    mxnet, mxkv = both
+    mxnet.random.seed(seed)
+    theirs = test_optimizers.trajectory(mxnet, 'sgld', kwargs, dtype=dtype)
+    mxkv.random.seed(seed)
+    ours = test_optimizers.trajectory(mxkv, 'sgld', kwargs, dtype=dtype)
+    assert test_optimizers.STEPS == 20
+    assert_same_bits(theirs, ours, 'sgld')
 
 
 def test_sgld_noise(mxkv):
@@ -341,8 +358,8 @@ def ref():
 def test_continuing_from_mxnets_states_file(ref, tmp_path, name, kwargs, dump):
     """MXNet's pickle of these optimizers (and of their states) was refused ('holds a
     mxnet.optimizer.optimizer.Ftrl, which mxkv has no counterpart for'); now it loads into
-    mxkv's class of the same name and the training continues with MXNet's bits (SGLD: its
-    noise aside, so only that the file loads)"""
+    mxkv's class of the same name and the training continues with MXNet's bits (SGLD too:
+    both fresh processes draw MXNet's noise of an unseeded process)"""
     fname = str(tmp_path / 'states')
     saved = _run_states(ref, 'mxnet', 'save', name, kwargs, dump, fname, tmp_path)
     # MXNet continuing from its own file (without the optimizer, its update counts restart)
@@ -352,8 +369,7 @@ def test_continuing_from_mxnets_states_file(ref, tmp_path, name, kwargs, dump):
     ours = _run_states(sys.executable, 'mxkv', 'resume', name, kwargs, dump, fname, tmp_path)
     assert ours['mxnet imported'] is False
     assert ours['opt'] == theirs['opt']
-    if name != 'sgld':
-        assert ours['bits'] == theirs['bits']
+    assert ours['bits'] == theirs['bits']
 
 
 # --- dist: the optimizer pickle ------------------------------------------------------------

@@ -1616,9 +1616,9 @@ class SGLD(Optimizer):
         weight += -lr/2 * (clip(grad * rescale_grad, clip_gradient) + wd * weight)
         weight += normal(0, sqrt(lr))
 
-    The deterministic step is MXNet's bit for bit; the noise comes from
-    :func:`mxkv.random.normal` (numpy's generator, seeded by ``mxkv.random.seed``), so
-    it is not MXNet's sequence of numbers."""
+    MXNet's bits: the deterministic step is MXNet's arithmetic and the noise comes from
+    :func:`mxkv.random.normal`, which draws MXNet's numbers on CPU contexts (seeded by
+    ``mxkv.random.seed``, or as an unseeded MXNet process)."""
     def __init__(self, **kwargs):  # pylint: disable=useless-super-delegation
         super(SGLD, self).__init__(**kwargs)
 
