@@ -164,3 +164,20 @@ def test_engines_are_std_mt19937(mxkv):
     words = bank.peek(1024, 2000)
     for j in (0, 1, 2, 3, 4, 1023):
         assert np.array_equal(words[j], ref[j].random_raw(2000).astype(np.uint32))
+
+
+def round_up_to_one(mx):
+    """engine 26 of seed 84 outputs a word >= 2**32 - 128 at position 745: float(word)
+    / 2**32 rounds to 1.0, which MXNet's libstdc++ returns as it is"""
+    mx.random.seed(84)
+    n = 1024 * 746  # 746 numbers per engine
+    u = mx.nd.random.uniform(shape=(n,)).asnumpy()
+    mx.random.seed(84)
+    v = mx.nd.random.normal(shape=(n,)).asnumpy()
+    return [u, v, u[26 * 746 + 745:26 * 746 + 746]]
+
+
+def test_float32_uniform_can_be_one_as_in_mxnet(both):
+    mxnet, _ = both
+    assert round_up_to_one(mxnet)[2][0] == 1.0
+    _check(both, round_up_to_one)

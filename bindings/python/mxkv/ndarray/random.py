@@ -158,17 +158,12 @@ def _log(values):
 
 def _canonical(words, ftype):
     """libstdc++'s generate_canonical<FType> from std::mt19937 outputs: one word for float,
-    two (low word first) for double; a result that rounds up to 1 becomes the largest
-    number below 1"""
+    two (low word first) for double.  MXNet's build does not clamp a sum that rounds up
+    to 1 (later libstdc++ returns the number below 1): a float32 uniform() can be 1.0"""
     if ftype == np.float32:
-        u = words.astype(np.float32) / np.float32(4294967296.0)
-        one = np.float32(1)
-    else:
-        u = (words[..., 0::2].astype(np.float64)
-             + words[..., 1::2].astype(np.float64) * 4294967296.0) / 18446744073709551616.0
-        one = 1.0
-    u[u >= one] = np.nextafter(one, ftype(0))
-    return u
+        return words.astype(np.float32) / np.float32(4294967296.0)
+    return (words[..., 0::2].astype(np.float64)
+            + words[..., 1::2].astype(np.float64) * 4294967296.0) / 18446744073709551616.0
 
 
 def _split(n):
