@@ -449,6 +449,28 @@ MXNET_DLL int MXNDArrayLoad(const char *fname, uint32_t *out_size, NDArrayHandle
  */
 MXNET_DLL int MXNDArrayFree(NDArrayHandle handle);
 
+/*
+ libmxkv only (not in MXNet's C API): MXNet 1.9.1's CPU `sum` of each
+ column of a row-major matrix, for frontends that reproduce MXNet's `sum`
+ operator (mxkv's Python `NDArray.sum`). Each column is one sequential
+ Kahan chain, top to bottom, in the element type, as MXNet's
+ `seq_reduce_assign` runs mshadow's `red::sum` from `s = r = 0`:
+ `y = x - r; t = s + y; r = isinf(t) ? 0 : (t - s) - y; s = t`, each
+ operation rounded to the element type (float16: in float, then rounded
+ to nearest even), NaN bits passed on as MXNet's x86 build passes them
+ (with two NaN operands `a + b` and `a - b` give `a`'s, quieted; `inf -
+ inf` the default NaN). A whole-array sum is one column (`num_cols` 1).
+ Bit for bit what MXNet 1.9.1 gives; MXNet has no such function.
+
+ `dtype`: 0 (float32), 1 (float64) or 2 (float16); `rows`: `num_rows *
+ num_cols` elements (native byte order, any alignment); `out`: room for
+ `num_cols` elements of `dtype`, not overlapping `rows`, where the sums are
+ written. Returns 0, or -1 (`MXGetLastError`) for another dtype, a NULL
+ pointer where elements are announced, sizes beyond memory or overlapping
+ buffers (then nothing is written).
+ */
+MXNET_DLL int MXKVKahanSumColumns(int dtype, const void *rows, uint64_t num_rows, uint64_t num_cols, void *out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

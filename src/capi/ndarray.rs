@@ -731,3 +731,64 @@ pub extern "C" fn MXNDArrayFree(handle: NDArrayHandle) -> c_int {
             .map_err(|e| Error::new(format!("handle (NDArrayHandle) {e}")))
     })
 }
+
+/// libmxkv only (not in MXNet's C API): MXNet 1.9.1's CPU `sum` of each
+/// column of a row-major matrix, for frontends that reproduce MXNet's `sum`
+/// operator (mxkv's Python `NDArray.sum`). Each column is one sequential
+/// Kahan chain, top to bottom, in the element type, as MXNet's
+/// `seq_reduce_assign` runs mshadow's `red::sum` from `s = r = 0`:
+/// `y = x - r; t = s + y; r = isinf(t) ? 0 : (t - s) - y; s = t`, each
+/// operation rounded to the element type (float16: in float, then rounded
+/// to nearest even), NaN bits passed on as MXNet's x86 build passes them
+/// (with two NaN operands `a + b` and `a - b` give `a`'s, quieted; `inf -
+/// inf` the default NaN). A whole-array sum is one column (`num_cols` 1).
+/// Bit for bit what MXNet 1.9.1 gives; MXNet has no such function.
+///
+/// `dtype`: 0 (float32), 1 (float64) or 2 (float16); `rows`: `num_rows *
+/// num_cols` elements (native byte order, any alignment); `out`: room for
+/// `num_cols` elements of `dtype`, not overlapping `rows`, where the sums are
+/// written. Returns 0, or -1 (`MXGetLastError`) for another dtype, a NULL
+/// pointer where elements are announced, sizes beyond memory or overlapping
+/// buffers (then nothing is written).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVKahanSumColumns(
+    dtype: c_int,
+    rows: *const c_void,
+    num_rows: u64,
+    num_cols: u64,
+    out: *mut c_void,
+) -> c_int {
+    api_call_light("MXKVKahanSumColumns", || {
+        let dtype = DType::from_code(dtype)?;
+        let size = dtype.size() as u64;
+        let too_big = || Error::new("num_rows x num_cols elements do not fit in memory");
+        let in_bytes = num_rows
+            .checked_mul(num_cols)
+            .and_then(|n| n.checked_mul(size))
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(too_big)?;
+        let out_bytes = num_cols
+            .checked_mul(size)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(too_big)?;
+        // SAFETY: `rows` is NULL (refused when elements are announced) or
+        // valid for `in_bytes` bytes, per the contract.
+        let input = unsafe { slice(rows as *const u8, in_bytes, "rows")? };
+        if out_bytes > 0 && out.is_null() {
+            return Err(Error::new("out (output pointer) is NULL"));
+        }
+        let (a, b) = (input.as_ptr() as usize, out as usize);
+        if in_bytes > 0 && out_bytes > 0 && a < b + out_bytes && b < a + in_bytes {
+            return Err(Error::new("out overlaps rows"));
+        }
+        if out_bytes == 0 {
+            return crate::ndarray::kahan::kahan_sum_columns(dtype, input, 0, &mut []);
+        }
+        // SAFETY: non-NULL, writable for `out_bytes` bytes per the contract,
+        // and disjoint from `input` (checked above).
+        let sums = unsafe { std::slice::from_raw_parts_mut(out as *mut u8, out_bytes) };
+        crate::ndarray::kahan::kahan_sum_columns(dtype, input, num_cols as usize, sums)
+    })
+}

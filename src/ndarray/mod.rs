@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dtype;
+pub mod kahan;
 pub mod kernels;
 pub mod params;
 pub mod pool;

@@ -34,13 +34,20 @@ Which NaN an operation passes on: MXNet's x86 code gives ``a``'s for ``a - b`` a
 ``b``'s until the interpreter specialises the addition for floats (the first few times
 an addition runs in a process), then ``a``'s: the loops set ``t = s`` themselves where
 both are NaN.
+
+With libmxkv (not a real libmxnet.so), float16, float32 and float64 sums of
+``kahan_sum_rows`` run in the library instead: ``MXKVKahanSumColumns`` (src/ndarray/
+kahan.rs) computes these same chains, bit for bit (NaN operands included), a step in a
+few nanoseconds.  The Python code above stays for bfloat16, for sums of runs (csr), and
+for libraries without that function.
 """
 import math
 import struct
 
 import numpy as np
 
-__all__ = ['kahan_sum_rows', 'kahan_sum_runs', 'reduce_shape', 'sum_values', 'sum', 'sum_axis']
+__all__ = ['kahan_sum_rows', 'kernel_sum_rows', 'python_sum_rows', 'kahan_sum_runs',
+           'reduce_shape', 'sum_values', 'sum', 'sum_axis']
 
 # below this many outputs the per-chain Python loop beats one numpy call per step
 _LANES_MIN = 32
@@ -230,11 +237,46 @@ def _chain_of(kind):
     return chain
 
 
+# dtype codes of the element kinds MXKVKahanSumColumns sums
+_KERNEL_CODES = {'float32': 0, 'float64': 1, 'float16': 2}
+_KERNEL = []  # [the library's function, or None], once looked up
+
+
+def _kernel():
+    """libmxkv's MXKVKahanSumColumns, or None (a real libmxnet.so has no such function)"""
+    if not _KERNEL:
+        from ..base import _LIB
+        missing = getattr(_LIB, '_mxkv_missing', None)
+        _KERNEL.append(None if missing is None or 'MXKVKahanSumColumns' in missing
+                       else _LIB.MXKVKahanSumColumns)
+    return _KERNEL[0]
+
+
+def kernel_sum_rows(rows, kind):
+    """kahan_sum_rows(rows, kind) computed by the library (MXKVKahanSumColumns), or
+    None where it cannot be (another kind, or no such function)"""
+    fn = _kernel()
+    if fn is None or kind not in _KERNEL_CODES or rows.dtype.name != kind:
+        return None
+    from ..base import check_call
+    rows = np.ascontiguousarray(rows)
+    sums = np.empty(rows.shape[1], rows.dtype)
+    check_call(fn(_KERNEL_CODES[kind], rows.ctypes.data, rows.shape[0], rows.shape[1],
+                  sums.ctypes.data))
+    return sums
+
+
 def kahan_sum_rows(rows, kind):
     """MXNet's sum of each column of `rows` (M x N numpy values, top to bottom) for an
     NDArray of element kind `kind`: 'float16', 'float32', 'float64', 'bfloat16' (rows
     hold the float32 values), else an integer or bool numpy dtype name.  Returns N sums
     as a numpy array of the rows' dtype."""
+    sums = kernel_sum_rows(rows, kind)
+    return python_sum_rows(rows, kind) if sums is None else sums
+
+
+def python_sum_rows(rows, kind):
+    """kahan_sum_rows computed in numpy and Python (see the module's docstring)"""
     if kind not in ('float16', 'float32', 'float64', 'bfloat16'):
         with np.errstate(all='ignore'):
             return rows.sum(axis=0, dtype=rows.dtype)  # wraps; bool: or
