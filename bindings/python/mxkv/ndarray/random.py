@@ -172,7 +172,7 @@ def _split(n):
     return nthread, -(-n // nthread)
 
 
-_ROUND = 4096  # outputs per engine drawn at once (bounds the memory for big draws)
+_ROUND = 1024  # outputs per engine drawn at once (bounds the memory for big draws)
 
 
 def _mt_draw(bank, kind, n, ftype):
