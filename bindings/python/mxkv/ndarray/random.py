@@ -132,27 +132,33 @@ class _MTBank(object):
         self.pos[:m] = rem
 
 
-def _libm():
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')
-        fn = lib.logf
-        fn.restype = ctypes.c_float
-        fn.argtypes = [ctypes.c_float]
-        return fn
-    except (OSError, AttributeError):  # pragma: no cover - no C math library
-        return None
+_LOGF = []  # the C library's logf, loaded at the first float32 normal draw
 
 
-_LOGF = _libm()
+def _logf():
+    if not _LOGF:
+        fn = None
+        for name in ('libm.so.6', ctypes.util.find_library('m')):
+            try:
+                fn = ctypes.CDLL(name).logf
+                break
+            except (OSError, TypeError, AttributeError):
+                continue
+        if fn is not None:
+            fn.restype = ctypes.c_float
+            fn.argtypes = [ctypes.c_float]
+        _LOGF.append(fn)
+    return _LOGF[0]
 
 
 def _log(values):
     """the C library's log (double) / logf (float) of each value: MXNet's numbers come from
     them, numpy's own (SIMD) log differs in the last bit for about a fifth of them"""
     if values.dtype == np.float32:
-        if _LOGF is None:  # pragma: no cover
+        logf = _logf()
+        if logf is None:  # pragma: no cover - no C math library: not MXNet's last bits
             return np.log(values)
-        return np.array(list(map(_LOGF, values.tolist())), dtype=np.float32)
+        return np.array(list(map(logf, values.tolist())), dtype=np.float32)
     return np.array(list(map(math.log, values.tolist())), dtype=np.float64)
 
 
