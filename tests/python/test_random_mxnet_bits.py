@@ -131,11 +131,11 @@ print(hashlib.sha256(a.tobytes() + b.tobytes() + c.tobytes()).hexdigest())
 '''
 
 
-def _fresh(lib, threads):
+def _fresh(lib, threads, script=FRESH, **env):
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, '..', '..', 'bindings', 'python')
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    res = subprocess.run([sys.executable, '-c', FRESH % (path, lib)], env=env,
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), **env)
+    res = subprocess.run([sys.executable, '-c', script % (path, lib)], env=env,
                          capture_output=True, text=True, timeout=300, check=True)
     return res.stdout.strip()
 
@@ -146,6 +146,29 @@ def test_fresh_process_and_thread_count(mxnet):
     theirs = {_fresh('mxnet', t) for t in (1, 2)}
     assert len(theirs) == 1
     assert _fresh('mxkv', 1) in theirs
+
+
+COPIES = r'''
+import sys
+sys.path.insert(0, %r)
+import hashlib
+import %s as mx
+res = [mx.nd.random.uniform(shape=(5,)), mx.nd.random.normal(shape=(70,))]
+mx.random.seed(4)
+res += [mx.nd.random.uniform(shape=(5,)) for _ in range(4)]
+res += [mx.nd.random.normal(shape=(3000,), dtype='float64'), mx.nd.random.randint(0, 9, shape=(80,))]
+mx.random.seed(6, ctx=mx.cpu(1))
+res += [mx.nd.random.uniform(shape=(65537,)), mx.nd.random.uniform(shape=(5,), ctx=mx.cpu(2))]
+print(hashlib.sha256(b''.join(r.asnumpy().tobytes() for r in res)).hexdigest())
+'''
+
+
+@pytest.mark.parametrize('copies', ['1', '2', '3'])
+def test_parallel_rand_copies(mxnet, copies):
+    """MXNET_CPU_PARALLEL_RAND_COPY copies of the 1024 engines (copy i seeded with
+    i * 16 + seed * 127), taken round robin by successive operators from copy 1 on"""
+    theirs = _fresh('mxnet', 1, COPIES, MXNET_CPU_PARALLEL_RAND_COPY=copies)
+    assert _fresh('mxkv', 1, COPIES, MXNET_CPU_PARALLEL_RAND_COPY=copies) == theirs
 
 
 def test_engines_are_std_mt19937(mxkv):

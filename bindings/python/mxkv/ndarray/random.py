@@ -19,6 +19,7 @@ fresh process draws the same numbers as one seeded with 0.
 import ctypes
 import ctypes.util
 import math
+import os
 import threading
 
 import numpy as np
@@ -38,10 +39,12 @@ _INT_DTYPES = ('int32', 'int64')
 
 # --- MXNet 1.9.1's CPU sampler ---------------------------------------------------------
 # MXNet's CPU parallel random resource (src/resource.cc, include/mxnet/random_generator.h,
-# src/operator/random/sampler.h): one RandGenerator per CPU (MXNET_CPU_PARALLEL_RAND_COPY
-# copies, default 1) holding kNumRandomStates = 1024 std::mt19937 engines; the engine j of
-# a generator seeded with `base` is std::mt19937(base + j), base = seed * 127 (mod 2**32;
-# 0 in a fresh process).  An operator drawing N numbers splits them into
+# src/operator/random/sampler.h): MXNET_CPU_PARALLEL_RAND_COPY (default 1) copies of a
+# RandGenerator shared by all CPU contexts, each holding kNumRandomStates = 1024
+# std::mt19937 engines; the engine j of copy i is std::mt19937(base + j),
+# base = i * 16 + seed * 127 (mod 2**32; seed 0 in a fresh process).  Each sampling
+# operator takes the next copy round robin (copy 1 first after a seed, then 2, ..., 0).
+# An operator drawing N numbers splits them into
 # nthread = min(ceil(N / 64), 1024) chunks of step = ceil(N / nthread) consecutive outputs;
 # chunk j draws with engine j, which keeps its state for the next operator.  The result
 # does not depend on the number of OpenMP threads.  Each number comes from libstdc++'s
@@ -131,6 +134,33 @@ class _MTBank(object):
         self.key[:m] = stacked[blk, np.arange(m)]
         self.pos[:m] = rem
 
+
+class _CPUResource(object):
+    """the copies of MXNet's CPU parallel random resource, seeded with `seed`"""
+
+    def __init__(self, seed_state):
+        self.seed_state = seed_state
+        self.banks = [None] * _NUM_COPIES
+        self.ptr = 0
+
+    def next_bank(self):
+        """ResourceParallelRandom::GetNext: ++ptr % copies"""
+        self.ptr = (self.ptr + 1) % _NUM_COPIES
+        if self.banks[self.ptr] is None:
+            base = (self.ptr * _MAX_NUM_GPUS + self.seed_state * _RAND_MAGIC) & 0xFFFFFFFF
+            self.banks[self.ptr] = _MTBank(base)
+        return self.banks[self.ptr]
+
+
+def _num_copies():
+    try:
+        return max(1, int(os.environ.get('MXNET_CPU_PARALLEL_RAND_COPY', '1')))
+    except ValueError:
+        return 1
+
+
+_NUM_COPIES = _num_copies()  # MXNet reads it once, when the library loads
+_MAX_NUM_GPUS = 16
 
 _LOGF = []  # the C library's logf, loaded at the first float32 normal draw
 
@@ -244,7 +274,7 @@ def _key(ctx):
 
 def _new_generator(key, seed_state, global_seed):
     if key[0] == 'cpu':  # MXNet's CPU resource: engines seeded with seed * 127 + j
-        return _MTBank((seed_state * _RAND_MAGIC) & 0xFFFFFFFF)
+        return _CPUResource(seed_state)
     if global_seed:  # seed(s): each GPU's stream also depends on its id
         material = [seed_state, 2, key[1]]
     else:
@@ -326,9 +356,9 @@ def _draw(kind, ctx, shape, params, otype):
     size = int(np.prod(shape, dtype=np.int64))
     with _LOCK:
         gen = _generator(ctx)
-        if isinstance(gen, _MTBank):
+        if isinstance(gen, _CPUResource):
             ftype = np.float32 if otype == 'float32' else np.float64
-            raw = _mt_draw(gen, kind, size, ftype)
+            raw = _mt_draw(gen.next_bank(), kind, size, ftype)
         else:
             raw = None
             if kind == 'uniform':
