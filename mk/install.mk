@@ -1,6 +1,9 @@
 # mk/install.mk — installing libmxkv for C and C++ users (included from the Makefile).
 #
 #   make install   [PREFIX=/usr/local] [DESTDIR=]   lib/libmxkv.so.0 (+ libmxkv.so link, libmxkv.a),
+#                  [STRIP=strip]                    both without debug information (symbols kept,
+#                                                   as the wheel's library: cargo's release build
+#                                                   carries line tables, 53 MB + 141 MB),
 #                  include/mxkv/c_api.h, include/mxnet/c_api.h, lib/pkgconfig/libmxkv.pc
 #   make uninstall [PREFIX=...]                      removes exactly those files
 #                  (PREFIX absolute; as root without DESTDIR both run ldconfig)
@@ -12,6 +15,7 @@
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
+STRIP      ?= strip
 LIBDIR_I   := $(PREFIX)/lib
 INCDIR_I   := $(PREFIX)/include
 PCDIR_I    := $(LIBDIR_I)/pkgconfig
@@ -42,6 +46,7 @@ install: build
 	install -m 755 $(SO) $(DESTDIR)$(LIBDIR_I)/libmxkv.so.0
 	ln -sf libmxkv.so.0 $(DESTDIR)$(LIBDIR_I)/libmxkv.so
 	install -m 644 target/release/libmxkv.a $(DESTDIR)$(LIBDIR_I)/libmxkv.a
+	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR_I)/libmxkv.so.0 $(DESTDIR)$(LIBDIR_I)/libmxkv.a
 	install -m 644 include/mxkv/c_api.h $(DESTDIR)$(INCDIR_I)/mxkv/c_api.h
 	install -m 644 include/mxnet/c_api.h $(DESTDIR)$(INCDIR_I)/mxnet/c_api.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR_I)|' -e 's|@INCLUDEDIR@|$(INCDIR_I)|' \

@@ -39,6 +39,12 @@ for f in lib/libmxkv.so.0 lib/libmxkv.so lib/libmxkv.a include/mxkv/c_api.h incl
   [ -e "$prefix/$f" ] || { echo "install-check: $f was not installed"; exit 1; }
 done
 [ "$(readlink "$prefix/lib/libmxkv.so")" = libmxkv.so.0 ] || { echo "install-check: libmxkv.so link"; exit 1; }
+# Installed without debug information (cargo's release build keeps line tables: 53 MB .so),
+# the exported symbols kept.
+for f in lib/libmxkv.so.0 lib/libmxkv.a; do
+  ! readelf -S "$prefix/$f" | grep -q '\.debug_' || { echo "install-check: $f was installed with debug information"; exit 1; }
+done
+nm -D --defined-only "$prefix/lib/libmxkv.so.0" | grep -q ' T MXKVStoreCreate$' || { echo "install-check: MXKVStoreCreate is not exported"; exit 1; }
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cflags=$(pkg-config --cflags libmxkv)
