@@ -8,7 +8,12 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 LIBDIR  := build/lib
 SO      := target/release/libmxkv.so
-CC      ?= gcc
+# The C tests are written for gcc (-fsanitize, valgrind suppressions): make's built-in
+# default CC (cc) is replaced by gcc, a CC given on the command line or in the
+# environment is kept (`CC ?= gcc` did nothing: make always defines CC).
+ifeq ($(origin CC),default)
+CC      := gcc
+endif
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Wpedantic -Werror -D_GNU_SOURCE -Iinclude -g -O1
 CXXFLAGS_TEST := -std=c++17 -Wall -Wextra -Wpedantic -Werror -Iinclude -g -O1
 LDLIBS_TEST := -L$(LIBDIR) -lmxkv -Wl,-rpath,$(abspath $(LIBDIR)) -lpthread
