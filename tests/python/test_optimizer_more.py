@@ -240,6 +240,25 @@ def test_sgld_trajectory_with_noise_is_mxnets(both, kwargs, dtype, seed):
     assert_same_bits(theirs, ours, 'sgld')
 
 
+@pytest.mark.parametrize('dtype,multi_precision,grad_stype', [
+    ('float32', False, 'default'), ('float64', False, 'default'), ('float16', True, 'default'),
+    ('float32', False, 'row_sparse')])
+def test_sgld_on_csr_weight_with_noise_is_mxnets(both, monkeypatch, dtype, multi_precision,
+                                                 grad_stype):
+    """SGLD updating a csr weight (MXNet's storage fallback) after mx.random.seed: six
+    steps, noise included, are MXNet's bits"""
+    import test_csr_writes
+    monkeypatch.setitem(test_csr_writes.OPTIMIZERS, 'sgld', ('sgld', {}))
+    mxnet, mxkv = both
+    res = []
+    for lib in (mxnet, mxkv):
+        lib.random.seed(1)
+        res.append(test_csr_writes.optimizer_on_csr(lib, 'sgld', dtype, 6, multi_precision,
+                                                    grad_stype))
+    assert len(res[0]) == 6 and res[0][0][0] != 'raised'
+    assert_same_bits(res[0], res[1], 'sgld on csr')
+
+
 def test_sgld_noise(mxkv):
     """the noise has MXNet's distribution (mean 0, standard deviation sqrt(lr)) and is
     reproducible under mxkv.random.seed"""
