@@ -564,6 +564,35 @@ class CSRNDArray(BaseSparseNDArray):
     """csr array (created, passed around, saved, loaded and densified)."""
     __slots__ = []
 
+    # --- pickling (optimizer state checkpoints), mxkv's own encoding as for dense and
+    # row_sparse arrays: the parts as stored (bfloat16: the bits), int64 aux arrays
+    def __reduce__(self):
+        return CSRNDArray, (None,), self.__getstate__()
+
+    def __getstate__(self):
+        if self.handle is None:
+            return {'mxkv': None}
+        data, indptr, indices = self._raw_parts()
+        ctx = self.context
+        return {'mxkv': 1, 'stype': 'csr', 'dtype': dtype_np_to_mx(self.dtype),
+                'shape': self.shape, 'ctx': (ctx.device_typeid, ctx.device_id),
+                'data': data, 'indptr': indptr, 'indices': indices}
+
+    def __setstate__(self, state):
+        self.writable = True
+        if state.get('mxkv') is None:
+            self.handle = None
+            return
+        if state.get('stype') != 'csr':
+            raise MXNetError('unpickling a CSRNDArray from the state of a %s array'
+                             % (state.get('stype'),))
+        ctx = Context.from_codes(*state['ctx'])
+        if ctx.device_type != 'gpu':  # MXNet's NDArray::Load puts CPU arrays on cpu(0)
+            ctx = Context('cpu', 0)
+        tmp = _csr_from_parts(state['data'], state['indptr'], state['indices'],
+                              state['shape'], ctx, dtype_mx_to_np(state['dtype']))
+        self.handle, tmp.handle = tmp.handle, None
+
     @property
     def indices(self):
         """column indices (aux 1)"""
