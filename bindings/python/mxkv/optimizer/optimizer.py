@@ -27,7 +27,7 @@ from ..base import py_str, MXKVUsageError, MXNetError
 from ..ndarray import NDArray, zeros, clip, sqrt, square, maximum, multiply
 from ..ndarray import abs as nd_abs
 from ..random import normal
-from .._numerics import dmlc_float, dmlc_double, strtof
+from .._numerics import dmlc_float, dmlc_double, strtof, c_pow
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
            'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS', 'LBSGD',
@@ -526,7 +526,8 @@ def _ftml_update(weight, grad, d, v, z, lr, wd, beta1, beta2, epsilon, t, rescal
         if k.clip >= 0:
             gr = _clip_map(gr, k.clip)
         sv[...] = k.b2 * sv + (one - k.b2) * (gr * gr)
-        d_t = (one - np.power(k.b1, t)) / k.lr * (np.sqrt(sv / (one - np.power(k.b2, t))) + eps)
+        # power::Map is the C library's powf / pow (numpy's power is not, from numpy 1.24)
+        d_t = (one - c_pow(k.b1, t)) / k.lr * (np.sqrt(sv / (one - c_pow(k.b2, t))) + eps)
         sz[...] = k.b1 * sz + (one - k.b1) * gr - (d_t - k.b1 * sd) * w
         sd[...] = d_t
         w[...] = -sz / d_t
@@ -585,8 +586,9 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
         v[...] = k.b2 * v + (one - k.b2) * sg * sg
         if bias_correction:
             t = dt(int(step))
-            mean_hat = m / (one - np.power(k.b1, t))
-            var_hat = v / (one - np.power(k.b2, t))
+            # power::Map: the C library's powf / pow, as in _ftml_update
+            mean_hat = m / (one - c_pow(k.b1, t))
+            var_hat = v / (one - c_pow(k.b2, t))
         else:
             mean_hat, var_hat = m, v
         # the kernel's unqualified sqrt is ::sqrt(double): from there on the float32
