@@ -150,8 +150,9 @@ def _raw(mx, arr):
 @pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16', 'bfloat16', 'int32',
                                    'int64', 'uint8', 'int8'])
 def test_csr_pickle_round_trip_is_exact(mxkv, dtype):
-    """stored zeros, -0.0 and NaN bits, an uninitialized (all-zero) array, a sliced one
-    and an array with no rows: parts, dtypes, shape and context unchanged"""
+    """stored zeros, -0.0 and NaN bits, an uninitialized (all-zero) array, one with an
+    empty indptr, a sliced one and an array with no rows: parts, dtypes, shape and
+    context unchanged"""
     mx = mxkv
     dt = mx.nd.ndarray.bfloat16 if dtype == 'bfloat16' else dtype
     vals = np.array([[0, 1.5, np.nan], [0, -0.0, 0], [2, 0, -3], [0, 0, 0]])
@@ -162,6 +163,8 @@ def test_csr_pickle_round_trip_is_exact(mxkv, dtype):
               dense.tostype('csr')[1:3], mx.nd.sparse.zeros('csr', (0, 4), dtype=dt)]
     stored_zero = dense.tostype('csr') * 0      # stored zeros are kept (MXNet's kernel)
     arrays.append(stored_zero)
+    arrays.append(abs(mx.nd.sparse.zeros('csr', (3, 5), dtype=dt)))   # indptr []
+    assert arrays[-1].indptr.shape == (0,)
     for arr in arrays:
         back = pickle.loads(pickle.dumps(arr))
         assert type(back) is type(arr) and back.context == arr.context

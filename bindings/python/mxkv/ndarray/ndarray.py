@@ -845,13 +845,15 @@ class NDArray(object):
     def _binary(self, other, ufunc, reverse=False, out=None):
         if isinstance(other, numeric_types):
             if self.stype == 'csr' and out is None and (
-                    ufunc is np.multiply or (ufunc is np.true_divide and not reverse)
-                    or (ufunc in (np.add, np.subtract) and not reverse
-                        and other == 0)):
-                # _mul_scalar / _div_scalar of a csr array, _plus_scalar / _minus_scalar
-                # of 0: a csr array of its structure
+                    ufunc is np.multiply
+                    or (ufunc in (np.true_divide, _c_int_divide) and not reverse)
+                    or (ufunc is np.add and other == 0)
+                    or (ufunc is np.subtract and not reverse and other == 0)):
+                # _mul_scalar / _div_scalar of a csr array (integer division too),
+                # _plus_scalar / _minus_scalar of 0 (0 + csr is _plus_scalar as well,
+                # MXNet's __radd__ is __add__): a csr array of its structure
                 from .sparse import _csr_scalar
-                return _csr_scalar(self, other, ufunc, reverse)
+                return _csr_scalar(self, other, ufunc, reverse and ufunc is not np.add)
             if self._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
             rhs = self._scalar(other)

@@ -750,11 +750,20 @@ class CSRNDArray(BaseSparseNDArray):
             return (data.asnumpy().view(data._np_dtype), indptr.asnumpy(),
                     indices.asnumpy())
 
+    def _copied_parts(self):
+        """the parts a copy holds (MXNet's CopyFromToCsrImpl): these parts, or, with no
+        column index stored (not storage_initialized), FillZerosCsrImpl's rows + 1 zero
+        offsets (an array whose indptr is ``[]``, e.g. abs of an all-zero one, too)"""
+        data, indptr, indices = self._raw_parts()
+        if indices.size == 0:
+            return data[:0], np.zeros(self.shape[0] + 1, np.int64), indices
+        return data, indptr, indices
+
     def copyto(self, other):
         """Copy into `other` (a csr or dense NDArray of the same shape; dtype converted)
         or onto a Context (a new CSRNDArray)."""
         if isinstance(other, Context):
-            data, indptr, indices = self._raw_parts()
+            data, indptr, indices = self._copied_parts()
             return _csr_from_parts(data, indptr, indices, self.shape, other, self.dtype)
         if isinstance(other, NDArray):
             if other.handle is not None and self.handle is not None \
@@ -765,7 +774,7 @@ class CSRNDArray(BaseSparseNDArray):
                 raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
                                  % (self.shape, other.shape))
             if other.stype == 'csr':
-                data, indptr, indices = self._raw_parts()
+                data, indptr, indices = self._copied_parts()
                 return _assign_csr(other, _dense._convert(data, self.dtype, other.dtype),
                                    indptr, indices)
             if other.stype == 'default':
@@ -1013,8 +1022,13 @@ def _csr_scalar(csr, scalar, ufunc, reverse):
 
 def _csr_unary(csr, ufunc):
     """abs, sqrt, square, sign of a csr array, as MXNet: a csr array of its structure,
-    each stored value computed as the dense operator computes it"""
+    each stored value computed as the dense operator computes it.  No stored value:
+    MXNet's UnaryOp::ComputeEx does nothing, so the result keeps a new array's empty
+    parts (indptr too: ``[]``, not rows + 1 zeros)"""
     data, indptr, indices = csr._raw_parts()
+    if data.size == 0:
+        return _csr_from_parts(data[:0], indptr[:0], indices[:0], csr.shape, csr.context,
+                               csr.dtype)
     with _dense.array(data, ctx=csr.context, dtype=csr.dtype) as data_nd:
         with data_nd._unary(ufunc) as res:
             values = _dense_raw(res)
@@ -1031,11 +1045,14 @@ def _csr_dense_mul(csr, dns, divide):
     if dtype_np_to_mx(csr.dtype) != dtype_np_to_mx(dns.dtype):
         raise MXNetError('operands have different dtypes: %s vs %s'
                          % (np.dtype(csr._np_dtype).name, np.dtype(dns._np_dtype).name))
+    data, indptr, indices = csr._raw_parts()
+    if indices.size == 0:  # not storage_initialized: FillZerosCsrImpl, any dtype
+        return _csr_from_parts(data[:0], np.zeros(csr.shape[0] + 1, np.int64), indices,
+                               csr.shape, csr.context, csr.dtype)
     if csr._np_dtype not in (np.float32, np.float64):
         raise MXNetError('elemwise_mul of a csr and a dense array: MXNet 1.9.1 supports '
                          'float32 and float64 only (got %s)' % np.dtype(csr._np_dtype).name)
     row_ids, cols, data = csr._coords()
-    _, indptr, indices = csr._raw_parts()
     values = dns.asnumpy()
     with np.errstate(all='ignore'):
         prod = data * values[row_ids, cols]
@@ -1052,6 +1069,8 @@ def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):
     indices = np.ascontiguousarray(indices, dtype=np.int64)
     res = CSRNDArray(_new_alloc_handle('csr', shape, ctx, False, dtype, [np.int64, np.int64],
                                        [indptr.shape, indices.shape]))
+    if indptr.size == 0 and indices.size == 0 and np.asarray(data).size == 0:
+        return res   # (a new array's parts, as MXNet's result of a no-op kernel)
     return _fill_csr(res, data, indptr, indices)
 
 
