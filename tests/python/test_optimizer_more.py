@@ -538,15 +538,50 @@ def test_lars_groups_names_and_multipliers(both, monkeypatch, dtype, aggregation
     assert_same_bits(run(mxnet), run(mxkv), 'lars %s' % dtype)
 
 
-def test_lars_without_aggregation_is_refused(mxkv, monkeypatch):
-    """MXNET_OPTIMIZER_AGGREGATION_SIZE=0: MXNet's dense LARS path steps through the
-    weights 0 at a time and never ends; mxkv raises"""
+@pytest.mark.parametrize('agg', ['0', '-1', '-2'])
+@pytest.mark.parametrize('momentum', [0.0, 0.9])
+def test_lars_without_aggregation_fails_as_in_mxnet(both, monkeypatch, agg, momentum):
+    """MXNET_OPTIMIZER_AGGREGATION_SIZE <= 0: MXNet's dense LARS path steps through the
+    weights (LARS ones first) in slices [s:s + aggregate_num] until one is empty, which it
+    hands to preloaded_multi_sgd(_mom)_update: MXNetError 'Shape dim size cannot be a
+    negative value -1', after the update counts and the weights of the slices before.
+    mxkv raised MXKVUsageError('... MXNet 1.9.1 loops forever') before counting."""
+    monkeypatch.setenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', agg)
+    names = {0: 'fc1_weight', 1: 'fc1_bias', 2: 'fc2_weight', 3: 'fc3_weight'}
+
+    def run(mx):
+        rng = np.random.RandomState(5)
+        opt = mx.optimizer.LARS(momentum=momentum, eta=0.1, wd=0.01, param_idx2name=names)
+        idx = [0, 1, 2, 3]
+        ws = [mx.nd.array(rng.randn(3, 2).astype('float32')) for _ in idx]
+        gs = [mx.nd.array(rng.randn(3, 2).astype('float32')) for _ in idx]
+        sts = [opt.create_state(i, w) for i, w in zip(idx, ws)]
+        with pytest.raises(mx.base.MXNetError) as err:
+            opt.update(idx, ws, gs, sts)
+        return (str(err.value), [w.asnumpy() for w in ws],
+                [s.asnumpy() for s in sts if s is not None],
+                dict(opt._index_update_count), opt.num_update)
+
+    theirs, ours = run(both[0]), run(both[1])
+    text = 'Check failed: dim_size_is_known(*it): Shape dim size cannot be a negative value -1'
+    assert text in theirs[0] and text in ours[0], ours[0]
+    assert 'loops forever' not in ours[0]
+    assert_same_bits(theirs[1:4], ours[1:4], 'lars agg %s' % agg)
+    assert theirs[3] == ours[3] and theirs[4] == ours[4]
+
+
+def test_lars_without_aggregation_fails_from_the_push(mxkv, monkeypatch):
+    """(MXNet's store prints the updater's error and leaves the weight: mxkv raises it
+    from the push, as for DCASGD's)"""
     monkeypatch.setenv('MXNET_OPTIMIZER_AGGREGATION_SIZE', '0')
     kv = mxkv.kv.create('local')
     kv.init(0, mxkv.nd.ones((3,)))
     kv.set_optimizer(mxkv.optimizer.LARS())
-    with pytest.raises(mxkv.base.MXKVUsageError, match='loops forever'):
+    with pytest.raises(mxkv.base.MXNetError, match='Shape dim size cannot be a negative'):
         kv.push(0, mxkv.nd.ones((3,)))
+    out = mxkv.nd.zeros((3,))
+    kv.pull(0, out=out)
+    assert out.asnumpy().tolist() == [1.0, 1.0, 1.0]
 
 
 # --- LBSGD ---------------------------------------------------------------------------------

@@ -1786,6 +1786,21 @@ class LARS(Optimizer):
             return _sparse_norm(v)
         return _nrm2(v.asnumpy())
 
+    def _aggregated_reach(self, indices):
+        """positions in `indices` that MXNet's dense path updates: it orders the weights
+        LARS ones first, then steps through them in slices [s:s + aggregate_num]; an empty
+        slice (any aggregate_num <= 0 comes to one) goes to preloaded_multi_sgd_update
+        with no arrays, which raises, leaving the rest as they were"""
+        order = [p for p, i in enumerate(indices) if not self._no_lars(i)] + \
+            [p for p, i in enumerate(indices) if self._no_lars(i)]
+        sidx = 0
+        while sidx < len(order):
+            eidx = sidx + len(order[sidx:sidx + self.aggregate_num])
+            if eidx == sidx:
+                break
+            sidx = eidx
+        return set(order[:sidx])
+
     def _no_lars(self, index):
         name = self.idx2name[index] if index in self.idx2name else str(index)
         return name.endswith('gamma') or name.endswith('beta') or name.endswith('bias')
@@ -1809,10 +1824,6 @@ class LARS(Optimizer):
             if not (isinstance(weight, NDArray) and isinstance(grad, NDArray)):
                 raise MXKVUsageError('LARS.update expects NDArrays')
             aggregate = aggregate and weight.stype == 'default' and grad.stype == 'default'
-        if aggregate and self.aggregate_num <= 0:
-            raise MXKVUsageError('LARS with MXNET_OPTIMIZER_AGGREGATION_SIZE=%d: MXNet 1.9.1 '
-                                 'loops forever there (its dense path steps through the '
-                                 'weights aggregate_num at a time)' % self.aggregate_num)
         self._update_count(indices)
         lrs = self._get_lrs(indices)
         wds = self._get_wds(indices)
@@ -1823,8 +1834,11 @@ class LARS(Optimizer):
         clip_g = self._clip_param()
         if aggregate:
             f32 = np.float32
-            for index, weight, grad, state, lr, wd in zip(indices, weights, grads, states,
-                                                          lrs, wds):
+            reached = self._aggregated_reach(indices)
+            for pos, (index, weight, grad, state, lr, wd) in enumerate(
+                    zip(indices, weights, grads, states, lrs, wds)):
+                if pos not in reached:
+                    continue
                 lr32, wd32 = f32(lr), f32(wd)
                 if not self._no_lars(index):
                     # multi_sum_sq of the weight and the raw gradient, then MultiLARSKernel
@@ -1846,6 +1860,12 @@ class LARS(Optimizer):
                     continue
                 _preloaded_multi_sgd(weight, grad, state if self.momentum > 0 else None,
                                      lr32, wd32, momentum, self.rescale_grad, clip_g)
+            if len(reached) < len(indices):
+                raise MXNetError(
+                    'Check failed: dim_size_is_known(*it): Shape dim size cannot be a '
+                    'negative value -1 (as in MXNet 1.9.1: with MXNET_OPTIMIZER_AGGREGATION_'
+                    'SIZE=%d, LARS calls preloaded_multi_sgd%s_update on no arrays for its '
+                    'dense weights)' % (self.aggregate_num, '_mom' if self.momentum > 0 else ''))
             return
         lrs = [self._get_lars(i, w, g, lr, wd)
                for (i, w, g, lr, wd) in zip(indices, weights, grads, lrs, wds)]
