@@ -96,27 +96,27 @@ def test_updater_states_of_a_float16_csr_weight_multi_precision_round_trip(both,
         assert_same_bits(want, got, '%s saved by %s' % (name, saver.__name__))
 
 
-def store_saved(mx, kind, name, fname):
+def store_saved(mx, kind, name, fname, dtype='float32'):
     kv = mx.kv.create(kind)
-    kv.init(0, mx.nd.array(A).tostype('csr'))
-    kv.set_optimizer(_create(mx, name))
+    kv.init(0, mx.nd.array(A, dtype=dtype).tostype('csr'))
+    kv.set_optimizer(_create(mx, name, multi_precision=dtype == 'float16'))
     for step in range(SAVE_AFTER):
-        _quiet(kv.push, 0, _grad(mx, step, 'float32'))
-    out = mx.nd.sparse.zeros('csr', (3, 3))
+        _quiet(kv.push, 0, _grad(mx, step, dtype))
+    out = mx.nd.sparse.zeros('csr', (3, 3), dtype=dtype)
     kv.pull(0, out=out, ignore_sparse=False)
     kv.save_optimizer_states(fname)
     return _parts(out)
 
 
-def store_continued(mx, kind, name, weight, fname):
+def store_continued(mx, kind, name, weight, fname, dtype='float32'):
     kv = mx.kv.create(kind)
-    kv.init(0, _csr(mx, weight, 'float32'))
-    kv.set_optimizer(_create(mx, name))
+    kv.init(0, _csr(mx, weight, dtype))
+    kv.set_optimizer(_create(mx, name, multi_precision=dtype == 'float16'))
     kv.load_optimizer_states(fname)
     res = []
     for step in range(SAVE_AFTER, SAVE_AFTER + CONTINUE):
-        _quiet(kv.push, 0, _grad(mx, step, 'float32'))
-        out = mx.nd.sparse.zeros('csr', (3, 3))
+        _quiet(kv.push, 0, _grad(mx, step, dtype))
+        out = mx.nd.sparse.zeros('csr', (3, 3), dtype=dtype)
         kv.pull(0, out=out, ignore_sparse=False)
         res.append(_parts(out))
     return res
@@ -133,6 +133,24 @@ def test_store_states_of_a_csr_key_round_trip(both, tmp_path, kind, name):
         fname = str(tmp_path / ('%s.states' % saver.__name__))
         weight = store_saved(saver, kind, name, fname)
         assert_same_bits(want, store_continued(mxkv, kind, name, weight, fname),
+                         '%s saved by %s' % (name, saver.__name__))
+
+
+@pytest.mark.parametrize('name', ['sgd_mom', 'nag_mom', 'ftml', 'sgd_mom_dense_state',
+                                  'adam', 'lamb'])
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_store_states_of_a_float16_csr_key_multi_precision_round_trip(both, tmp_path,
+                                                                      kind, name):
+    """a float16 csr key with multi_precision: the states file holds the float32 csr
+    master copy"""
+    mxnet, mxkv = both
+    ref = str(tmp_path / 'mxnet-ref.states')
+    want = store_continued(mxnet, kind, name, store_saved(mxnet, kind, name, ref, 'float16'),
+                           ref, 'float16')
+    for saver in (mxkv, mxnet):
+        fname = str(tmp_path / ('%s.states' % saver.__name__))
+        weight = store_saved(saver, kind, name, fname, 'float16')
+        assert_same_bits(want, store_continued(mxkv, kind, name, weight, fname, 'float16'),
                          '%s saved by %s' % (name, saver.__name__))
 
 
