@@ -245,6 +245,11 @@ def test_optimizer_on_csr_weight_row_sparse_gradient(both, name):
                      name)
 
 
+def _checked(arr):
+    arr.check_format()
+    return arr
+
+
 def csr_results(mx, dtype, case):
     """csr results whose storage type or parts MXNet 1.9.1 decides by its kernel: 0 + csr
     (_plus_scalar), integer csr / number (_div_scalar), unary operators of an array with
@@ -297,6 +302,7 @@ def csr_results(mx, dtype, case):
             'csr[:]=%s' % name: lambda make=make: assigned(make()),
             '%s.sum(axis=0)' % name: lambda make=make: make().sum(axis=0),
             '%s.sum(axis=1)' % name: lambda make=make: make().sum(axis=1),
+            '%s.check_format' % name: lambda make=make: _checked(make()),
         })
     return _outcome(mx, cases[case])
 
@@ -307,7 +313,7 @@ RESULT_CASES = ['0+c', '0.0+c', '0-c', '2+c', 'c/2', 'c/2.0', 'c/-2', '2/c', 'c/
                         'abs(%s)', 'sqrt(%s)', 'square(%s)', 'sign(%s)', '%s*2', '%s/2',
                         '%s+0', '0+%s', '-%s', '%s*d', 'd*%s', '%s.copy()', '%s.astype',
                         'copyto(%s)', 'copyto_dense(%s)', 'csr[:]=%s', '%s.sum(axis=0)',
-                        '%s.sum(axis=1)')]
+                        '%s.sum(axis=1)', '%s.check_format')]
 
 
 @pytest.mark.parametrize('case', RESULT_CASES)
