@@ -137,7 +137,7 @@ impl fmt::Display for Shape {
 /// almost surely garbage, and allocation failure would abort the process.
 pub const MAX_BYTES: usize = 1 << 40;
 
-/// An aligned byte buffer (see [`PAGE_ALIGN_MIN`], [`HUGE_MIN`]): zeroed when
+/// An aligned byte buffer (see [`PAGE_ALIGN_MIN`], [`MAP_MIN`]): zeroed when
 /// made by [`Buffer::zeroed`], to be overwritten whole when made by
 /// [`Buffer::for_overwrite`].
 pub struct Buffer {
@@ -184,13 +184,29 @@ impl Storage {
     };
 }
 
-/// Buffers of at least this many bytes are mapped with transparent huge pages
-/// requested. Row lookups into a large row_sparse table are bound by TLB
-/// misses: with 2 MB pages a pull of 100,000 rows of a 1,000,000 x 64 float32
-/// table took 3.6 ms instead of 6.5 ms on the reference machine. And a fresh
-/// array's first touch costs one fault per 2 MB instead of per 4 KB: an init of
-/// 64 MB there took 80 ms instead of 101 ms (calloc'd, 2 threads) when the VM's
-/// memory had been handed back to the host, and 8 ms instead of 18 ms when not.
+/// Buffers of at least this many bytes are anonymous mappings of their own,
+/// kept in the [`pool`] once freed and reused by later buffers of about the
+/// same size (see [`Buffer::mapped_len`]).
+/// From the C library's allocator, such buffers came as fresh mappings or
+/// from the top of its heap, which it hands back to the kernel when they are
+/// freed: every array of a reloaded checkpoint was faulted in again, page by
+/// page (200 arrays of 4 MiB: ~430 ms a load into new memory, ~100 ms into
+/// pooled mappings; MXNet 1.9.1's storage pool keeps them too). Smaller
+/// buffers stay with the allocator, which reuses them well, and a process
+/// does not run into its limit on mappings (`vm.max_map_count`, 65530) before
+/// it holds 64 GiB in mappings of this size. Huge pages are requested from
+/// [`HUGE_MIN`] on only: on the reference VM, a fresh process's first load of
+/// 200 x 4 MiB took 1.3–2.1 s with them instead of ~0.45 s.
+const MAP_MIN: usize = 1 << 20;
+
+/// Buffers of at least this many bytes are mapped in whole 2 MB pages (see
+/// [`Buffer::mapped_len`]), with transparent huge pages requested. Row
+/// lookups into a large row_sparse table are bound by TLB misses: with 2 MB
+/// pages a pull of 100,000 rows of a 1,000,000 x 64 float32 table took 3.6 ms
+/// instead of 6.5 ms on the reference machine. And a fresh array's first
+/// touch costs one fault per 2 MB instead of per 4 KB: an init of 64 MB there
+/// took 80 ms instead of 101 ms (calloc'd, 2 threads) when the VM's memory had
+/// been handed back to the host, and 8 ms instead of 18 ms when not.
 const HUGE_MIN: usize = 32 << 20;
 
 /// Buffers of at least this many bytes start on a page boundary, smaller ones
@@ -206,6 +222,22 @@ impl Buffer {
             0 => 8,
             n if n >= PAGE_ALIGN_MIN => 4096,
             _ => 64,
+        }
+    }
+
+    /// The length to map for a buffer of `nbytes` ([`MAP_MIN`] or more), and
+    /// the longest pooled mapping that may serve it instead. From
+    /// [`HUGE_MIN`] on, whole 2 MB pages, so that arrays of nearby sizes
+    /// share pooled mappings at a cost of under 2 MB each; below, whole 4 KB
+    /// pages (2 MB would nearly double a 2.1 MB array), served by a mapping
+    /// up to an eighth longer.
+    fn mapped_len(nbytes: usize) -> (usize, usize) {
+        if nbytes >= HUGE_MIN {
+            let len = nbytes.next_multiple_of(2 << 20);
+            (len, len)
+        } else {
+            let len = nbytes.next_multiple_of(4096);
+            (len, len + len / 8)
         }
     }
 
@@ -235,29 +267,40 @@ impl Buffer {
             "array of {nbytes} bytes is larger than this library allocates ({MAX_BYTES})"
         );
         let oom = |e: String| Error::new(format!("out of memory allocating {nbytes} bytes{e}"));
-        let storage = if nbytes >= HUGE_MIN {
-            // Whole 2 MB pages, so that arrays of nearby sizes share pooled mappings.
-            let len = nbytes.next_multiple_of(2 << 20);
-            Storage::Mapped(match pool::take(len) {
+        let mapped = if nbytes >= MAP_MIN {
+            let (len, longest) = Buffer::mapped_len(nbytes);
+            match pool::take(len, longest) {
                 Some(mut map) => {
                     if zero {
                         kernels::zero_bytes(&mut map[..nbytes]);
                     }
-                    map
+                    Some(map)
                 }
-                None => {
-                    let map = memmap2::MmapMut::map_anon(len).map_err(|e| oom(format!(": {e}")))?;
-                    // Only advice: where huge pages are unavailable, small pages serve.
-                    let _ = map.advise(memmap2::Advice::HugePage);
-                    map
-                }
-            })
+                None => match memmap2::MmapMut::map_anon(len) {
+                    Ok(map) => {
+                        // Only advice: where huge pages are unavailable, small pages serve.
+                        if nbytes >= HUGE_MIN {
+                            let _ = map.advise(memmap2::Advice::HugePage);
+                        }
+                        Some(map)
+                    }
+                    // Under HUGE_MIN the allocator may still serve (the
+                    // process's limit on mappings reached, say).
+                    Err(_) if nbytes < HUGE_MIN => None,
+                    Err(e) => return Err(oom(format!(": {e}"))),
+                },
+            }
+        } else {
+            None
+        };
+        let storage = if let Some(map) = mapped {
+            Storage::Mapped(map)
         } else {
             // Room to move the start to the alignment (the allocator's own is 16).
             let align_words = Buffer::alignment(nbytes) / 8;
             let nwords = nbytes.div_ceil(8) + align_words - 1;
             // calloc: large buffers come as untouched zero pages, so no memset
-            // pass before the first real write (and under HUGE_MIN bytes, a
+            // pass before the first real write (and under MAP_MIN bytes, a
             // failure here is not a realistic concern).
             let words = vec![0u64; nwords];
             let start = words.as_ptr().align_offset(align_words * 8);
@@ -1059,9 +1102,51 @@ mod tests {
         assert_eq!(c.bytes().len(), n);
     }
 
+    /// Buffers from 1 MiB to 32 MiB are pooled too (a reloaded checkpoint of
+    /// 4 MiB arrays was faulted in afresh every time: they came from the C
+    /// library's allocator, which hands them back to the kernel when freed).
+    #[test]
+    fn freed_mid_size_buffers_are_reused_from_the_pool() {
+        // A length (in 4 KB pages) no other test allocates.
+        let n = (29 << 20) + 5 * 4096 - 3;
+        let mut a = Buffer::for_overwrite(n).unwrap();
+        a.bytes_mut().fill(7);
+        let addr = a.as_mut_ptr() as usize;
+        let Some(before) = pool::held() else {
+            return; // MXKV_CPU_MEM_POOL_MB set below 256
+        };
+        drop(a);
+        assert!(
+            pool::held().unwrap() >= before + n,
+            "the mapping went back to the pool"
+        );
+        // a little shorter (up to an eighth): served by it, zeroed again
+        let short = n - 2 * 4096;
+        let mut b = Buffer::zeroed(short).unwrap();
+        assert_eq!(b.as_mut_ptr() as usize, addr, "the same mapping serves");
+        assert_eq!(b.len(), short);
+        assert!(b.bytes().iter().all(|&x| x == 0));
+        b.bytes_mut().fill(9);
+        drop(b);
+        // much shorter: a mapping of its own, the long one stays pooled
+        let mut c = Buffer::zeroed(n / 2).unwrap();
+        assert_ne!(c.as_mut_ptr() as usize, addr);
+        assert!(c.bytes().iter().all(|&x| x == 0));
+        let mut d = Buffer::for_overwrite(n).unwrap();
+        assert_eq!(d.as_mut_ptr() as usize, addr);
+        assert_eq!(d.bytes().len(), n);
+        assert_eq!(d.bytes()[short - 1], 9);
+    }
+
     #[test]
     fn large_buffers_are_mapped_zeroed_and_writable() {
-        for (n, mapped) in [(HUGE_MIN + 12, true), (HUGE_MIN - 8, false), (1000, false)] {
+        for (n, mapped) in [
+            (HUGE_MIN + 12, true),
+            (HUGE_MIN - 8, true),
+            (MAP_MIN, true),
+            (MAP_MIN - 8, false),
+            (1000, false),
+        ] {
             let b = Buffer::zeroed(n).unwrap();
             let mut b = b;
             assert_eq!(matches!(b.storage, Storage::Mapped(_)), mapped);

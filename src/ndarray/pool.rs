@@ -1,6 +1,6 @@
-//! A process-wide cache of freed large mappings, reused by later arrays of the
-//! same mapped length (MXNet's CPU storage keeps freed buffers the same way, in
-//! its default "Naive" pool).
+//! A process-wide cache of freed mappings (buffers of 1 MiB and more), reused
+//! by later arrays of the same or a slightly shorter mapped length (MXNet's
+//! CPU storage keeps freed buffers the same way, in its default "Naive" pool).
 //!
 //! Memory a process gets back from the kernel is faulted in page by page on
 //! first touch, and on a VM whose balloon reports freed memory to the host
@@ -72,12 +72,17 @@ fn limit_from(v: Option<String>) -> usize {
         .min(UNSET - 1)
 }
 
-/// A free mapping of exactly `len` bytes, if the pool holds one. Its contents
-/// are whatever its last array left there.
-pub(super) fn take(len: usize) -> Option<memmap2::MmapMut> {
+/// The shortest free mapping of `len` to `longest` bytes, if the pool holds
+/// one. Its contents are whatever its last array left there.
+pub(super) fn take(len: usize, longest: usize) -> Option<memmap2::MmapMut> {
     let mut p = lock();
-    let map = p.free.get_mut(&len)?.pop()?;
-    p.bytes -= len;
+    // (no length is kept with an empty list)
+    let (&found, maps) = p.free.range_mut(len..=longest).next()?;
+    let map = maps.pop()?;
+    if maps.is_empty() {
+        p.free.remove(&found);
+    }
+    p.bytes -= found;
     Some(map)
 }
 
