@@ -1811,7 +1811,10 @@ class LARS(Optimizer):
         w_norm = self._l2norm(weight)
         g_norm = self._l2norm(g, rescale=True)
         if w_norm > 0.0 and g_norm > 0.0:
-            lars = self.eta * w_norm/(g_norm + wd * w_norm + self.eps)
+            # MXNet's numpy 1.x computes a float32 scalar op a Python float in double;
+            # numpy 2 (NEP 50) would keep float32: the doubles are spelled out
+            w_norm, g_norm = float(w_norm), float(g_norm)
+            lars = np.float64(self.eta * w_norm / (g_norm + wd * w_norm + self.eps))
         else:
             lars = 1.0
         return lars * lr
@@ -1940,8 +1943,10 @@ class LBSGD(Optimizer):
         return mult
 
     def _get_lars(self, weight, g, wd):
-        weight2 = self._l2norm(weight)
-        grad2 = self._l2norm(g)
+        # float32 / float16 sums, then double arithmetic as numpy 1.x (MXNet's) promotes
+        # them with Python floats (numpy 2 would keep their dtype: NEP 50)
+        weight2 = float(self._l2norm(weight))
+        grad2 = float(self._l2norm(g))
         lars = math.sqrt(weight2 / (grad2 + wd * weight2 + 1e-18))
         if lars < 0.01:
             lars = 0.01

@@ -1,0 +1,202 @@
+"""The optimizer trajectories of the differential suites, with MXNet 1.9.1 run in the
+reference venv (numpy 1.23.5) and mxkv in a child of this interpreter.
+
+The in-process differential tests (``both`` fixture) need mxnet importable here, so an
+interpreter with numpy 2 (which MXNet 1.9.1 does not run on, and which a user installing
+the wheel gets) skips them all.  Here each side runs in its own interpreter: run under
+numpy 2, this suite checks that mxkv's numbers do not depend on numpy's version (numpy
+1.24+ changed e.g. np.power's last bits, see test_optimizer_libm.py).  One child per
+library computes every case.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import BINDINGS, REPO, assert_same_bits
+import test_optimizer_more
+import test_optimizer_rsp
+import test_optimizers
+
+REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+# argv: lib (mxnet / mxkv), jobs file, results file.  A job: [module, function, args];
+# the function is called with the library's module first.
+CHILD = r'''
+import json, sys, warnings
+warnings.simplefilter('ignore')
+lib, jobs_file, out_file = sys.argv[1:4]
+sys.path.insert(0, %(tests)r)
+import numpy as np
+if lib == 'mxnet':
+    sys.modules['mxkv'] = None
+    import mxnet as mx
+else:
+    import mxkv as mx
+import importlib
+
+
+def enc(tree):
+    if isinstance(tree, (list, tuple)):
+        return [enc(x) for x in tree]
+    arr = np.ascontiguousarray(np.asarray(tree))
+    return {'dtype': arr.dtype.str, 'shape': list(arr.shape), 'hex': arr.tobytes().hex()}
+
+
+results = []
+for module, function, args in json.load(open(jobs_file)):
+    try:
+        res = enc(getattr(importlib.import_module(module), function)(mx, *args))
+    except Exception as exc:  # compared as such: both libraries must fail alike
+        res = {'error': type(exc).__name__}
+    results.append(res)
+json.dump({'results': results, 'numpy': np.__version__}, open(out_file, 'w'))
+''' % {'tests': TESTS}
+
+
+def _dec(tree):
+    if isinstance(tree, list):
+        return [_dec(x) for x in tree]
+    if 'error' in tree:
+        return tree['error']
+    return np.frombuffer(bytes.fromhex(tree['hex']), dtype=tree['dtype']).reshape(
+        tree['shape'])
+
+
+def lars_lamb_rsp(mx, name, kwargs, dtype, rows):
+    """LARS / LAMB on row_sparse gradients of `rows` x 7 (LAMB: and weights): their norm
+    of a sparse array is the BLAS dot of its stored values, whose summation order shows
+    from 32 or so elements on"""
+    rng = np.random.RandomState(3)
+    shape = (rows, 7)
+    stype = 'row_sparse' if name == 'lamb' else 'default'
+    kv = mx.kv.create('local')
+    kv.init(0, mx.nd.array(rng.randn(*shape).astype(dtype), dtype=dtype).tostype(stype))
+    kv.set_optimizer(mx.optimizer.create(name, **kwargs))
+    out = []
+    for step in range(4):
+        idx = np.sort(rng.choice(rows, rows - step, replace=False)).astype(np.int64)
+        grad = mx.nd.sparse.row_sparse_array(
+            (rng.randn(len(idx), shape[1]).astype(dtype), idx), shape=shape, dtype=dtype)
+        kv.push(0, grad)
+        if stype == 'row_sparse':
+            res = mx.nd.sparse.zeros('row_sparse', shape, dtype=dtype)
+            kv.row_sparse_pull(0, out=res, row_ids=mx.nd.array(np.arange(rows), dtype='int64'))
+            out.append([res.indices.asnumpy(), res.data.asnumpy()])
+        else:
+            res = mx.nd.zeros(shape, dtype=dtype)
+            kv.pull(0, out=res)
+            out.append(res.asnumpy())
+    return out
+
+
+def _jobs():
+    jobs = []
+    for name, kwargs in test_optimizers.CASES:
+        jobs.append(('test_optimizers', 'trajectory', [name, kwargs]))
+    for name, kwargs in test_optimizer_more.CASES:
+        jobs.append(('test_optimizers', 'trajectory', [name, kwargs]))
+        if name != 'ftrl':
+            for dtype in ('float64', 'float16'):
+                jobs.append(('test_optimizers', 'trajectory', [name, kwargs, 'int', dtype]))
+    for name, kwargs in test_optimizer_rsp.CASES:
+        for dtype in ('float32', 'float64'):
+            if dtype == 'float64' and name in ('adagrad', 'rmsprop', 'adadelta'):
+                continue
+            for stype in ('default', 'row_sparse'):
+                jobs.append(('test_optimizer_rsp', 'trajectory',
+                             [name, kwargs, dtype, 1, stype]))
+    for name, kwargs in test_optimizer_more.RSP_CASES:
+        for dtype in ('float32', 'float64'):
+            if name == 'ftrl' and dtype == 'float64':
+                continue
+            for stype in ('default', 'row_sparse'):
+                if dtype == 'float64' and stype == 'row_sparse' and name in ('adamax',
+                                                                             'nadam'):
+                    continue
+                jobs.append(('test_optimizer_rsp', 'trajectory',
+                             [name, kwargs, dtype, 1, stype]))
+    for rows in (7, 13, 40):
+        for dtype in ('float32', 'float64'):
+            jobs.append(('test_optimizer_ref_venv', 'lars_lamb_rsp',
+                         ['lamb', {'learning_rate': 0.01, 'wd': 0.01}, dtype, rows]))
+            jobs.append(('test_optimizer_ref_venv', 'lars_lamb_rsp',
+                         ['lars', {'learning_rate': 0.1, 'eta': 0.1, 'momentum': 0.9},
+                          dtype, rows]))
+    return jobs
+
+
+JOBS = _jobs()
+
+
+def _env(lib):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTHON', 'DMLC_'))}
+    if lib == 'mxkv':
+        env['PYTHONPATH'] = BINDINGS
+        env.setdefault('MXKV_LIBRARY_PATH',
+                       os.path.join(REPO, 'target', 'release', 'libmxkv.so'))
+    else:
+        env = {k: v for k, v in env.items() if not k.startswith('MXKV_')}
+    return env
+
+
+def _run(python, lib, tmp):
+    jobs_file, out_file = str(tmp / 'jobs.json'), str(tmp / (lib + '.json'))
+    with open(jobs_file, 'w') as f:
+        json.dump(JOBS, f)
+    proc = subprocess.run([python, '-c', CHILD, lib, jobs_file, out_file], cwd=str(tmp),
+                          capture_output=True, text=True, timeout=900, env=_env(lib))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out_file) as f:
+        got = json.load(f)
+    return [_dec(r) for r in got['results']], got['numpy']
+
+
+@pytest.fixture(scope='module')
+def results(tmp_path_factory):
+    if not os.path.exists(REF_PYTHON):
+        pytest.skip('no reference venv (make venv-ref)')
+    proc = subprocess.run([REF_PYTHON, '-c', 'import mxnet'], capture_output=True,
+                          timeout=120, env=_env('mxnet'))
+    if proc.returncode != 0:
+        pytest.skip('mxnet 1.9.1 is not installed in the reference venv')
+    tmp = tmp_path_factory.mktemp('ref_venv')
+    return _run(REF_PYTHON, 'mxnet', tmp), _run(sys.executable, 'mxkv', tmp)
+
+
+def _one_nan(tree):
+    if isinstance(tree, list):
+        return [_one_nan(x) for x in tree]
+    if isinstance(tree, np.ndarray) and tree.dtype.kind == 'f':
+        return np.where(np.isnan(tree), np.array(np.nan, tree.dtype), tree)
+    return tree
+
+
+@pytest.mark.parametrize('job', range(len(JOBS)),
+                         ids=['%d-%s-%s' % (i, j[2][0], '-'.join(str(a) for a in j[2][2:]))
+                              for i, j in enumerate(JOBS)])
+def test_same_bits_as_mxnet_under_this_numpy(results, job):
+    (theirs, _), (ours, numpy_version) = results
+    module, function, args = JOBS[job]
+    if function == 'lars_lamb_rsp' and args[3] * 7 >= 32 and \
+            tuple(int(p) for p in numpy_version.split('.')[:2]) >= (1, 24):
+        # the norm of a sparse array is numpy's BLAS dot (README deviations): numpy 2's
+        # OpenBLAS (0.3.31 on the machine tested) sums 32 values or more in another order
+        # than MXNet's and numpy 1.23's (0.3.20)
+        pytest.xfail('sparse norm: numpy %s BLAS sdot order' % numpy_version)
+    expected, got = theirs[job], ours[job]
+    if JOBS[job][2][0] == 'adamax':   # which NaN 0 / 0 gives (see test_optimizer_more)
+        expected, got = _one_nan(expected), _one_nan(got)
+    assert_same_bits(expected, got, '%r (mxkv on numpy %s)' % (JOBS[job], numpy_version))
+
+
+def test_the_cases_ran(results):
+    """(errors compare equal too: most jobs must have produced arrays)"""
+    (theirs, _), (ours, _) = results
+    errors = [r for r in theirs if isinstance(r, str)]
+    assert len(errors) <= 2, errors
+    assert sum(isinstance(r, str) for r in ours) == len(errors)
