@@ -18,6 +18,7 @@ import pytest
 
 from conftest import BINDINGS, REPO, assert_same_bits
 import test_optimizer_more
+import test_optimizer_mp
 import test_optimizer_rsp
 import test_optimizers
 
@@ -120,6 +121,13 @@ def _jobs():
                     continue
                 jobs.append(('test_optimizer_rsp', 'trajectory',
                              [name, kwargs, dtype, 1, stype]))
+    for name, kwargs in test_optimizer_mp.CASES:   # float16 with float32 master copies
+        jobs.append(('test_optimizers', 'trajectory',
+                     [name, dict(kwargs, multi_precision=True), 'int', 'float16']))
+    for name, kwargs in test_optimizer_mp.RSP_CASES:
+        for stype in ('default', 'row_sparse'):
+            jobs.append(('test_optimizer_rsp', 'trajectory',
+                         [name, dict(kwargs, multi_precision=True), 'float16', 1, stype]))
     for rows in (7, 13, 40):
         for dtype in ('float32', 'float64'):
             jobs.append(('test_optimizer_ref_venv', 'lars_lamb_rsp',
