@@ -168,6 +168,9 @@ struct conformance_table {
                        const char **keys);
   int (*MXNDArrayLoad)(const char *fname, uint32_t *out_size, NDArrayHandle **out_arr,
                        uint32_t *out_name_size, const char ***out_names);
+  int (*MXNDArrayLoadFromBuffer)(const void *ndarray_buffer, size_t size, uint32_t *out_size,
+                                 NDArrayHandle **out_arr, uint32_t *out_name_size,
+                                 const char ***out_names);
   int (*MXNDArrayFree)(NDArrayHandle handle);
 
   /* the callback typedefs, as pointers */
@@ -249,6 +252,7 @@ static const struct conformance_table kTable = {
 
     .MXNDArraySave = &MXNDArraySave,
     .MXNDArrayLoad = &MXNDArrayLoad,
+    .MXNDArrayLoadFromBuffer = &MXNDArrayLoadFromBuffer,
     .MXNDArrayFree = &MXNDArrayFree,
 
     .updater = conformance_updater,

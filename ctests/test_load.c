@@ -7,7 +7,8 @@
  *   - pipes load (a source with no length) and their claims are bounded by
  *     the bytes they hold;
  *   - arrays of ndim 40 and 1000 round-trip through MXNDArraySave/Load (MXNet
- *     1.9.1 loads ndim 1000).
+ *     1.9.1 loads ndim 1000);
+ *   - MXNDArrayLoadFromBuffer loads a file's bytes from memory.
  * Memory is checked with getrusage's peak RSS and /proc/self/status's VmPeak
  * (address space, which an untouched mapping grows too). Temporary files are
  * mkstemp files, removed at exit. The whole test runs under alarm(60).
@@ -286,6 +287,71 @@ static void round_trip_ndim(const char *path, uint32_t ndim) {
   free(shape);
 }
 
+/* MXNDArrayLoadFromBuffer (MXNet's nd.load_frombuffer; libmxkv had none, so
+   mxkv's Python wrote the bytes to a memfd and loaded that): the bytes of a
+   saved file load as the file does, into arrays of their own (the buffer is
+   overwritten after), only `size` bytes are read, claims are checked against
+   them, and NULL is refused. */
+static void test_from_buffer(const char *path) {
+  const uint32_t small_shape[2] = {2, 3}, big_shape[1] = {1u << 20};
+  const float small[6] = {0.5f, -1, 2, 1e30f, -0.0f, 7};
+  float *big = malloc(sizeof(float) << 20);
+  CHECK(big != NULL);
+  for (uint32_t i = 0; i < (1u << 20); i++) big[i] = (float)(i % 1000) * 0.25f - 3;
+  NDArrayHandle in[2] = {make_f32_shape(small_shape, 2, small), make_f32_shape(big_shape, 1, big)};
+  const char *keys[2] = {"arg:small", "arg:big"};
+  CHECK_OK(MXNDArraySave(path, 2, in, keys));
+  size_t cap = (5u << 20), n = 0;
+  unsigned char *buf = malloc(cap);
+  CHECK(buf != NULL);
+  n = read_file(path, buf, cap);
+  for (int round = 0; round < 2; round++) { /* the second into pooled memory */
+    uint32_t got = 0, nn = 0;
+    NDArrayHandle *arr = NULL;
+    const char **names = NULL;
+    CHECK_OK(MXNDArrayLoadFromBuffer(buf, n, &got, &arr, &nn, &names));
+    CHECK(got == 2 && nn == 2);
+    CHECK(strcmp(names[0], "arg:small") == 0 && strcmp(names[1], "arg:big") == 0);
+    NDArrayHandle out[2] = {arr[0], arr[1]};
+    unsigned char *copy = malloc(n);
+    CHECK(copy != NULL);
+    memcpy(copy, buf, n);
+    memset(buf, 0xAB, n); /* the arrays hold copies */
+    int ndim = 0;
+    const int64_t *dims = NULL;
+    CHECK_OK(MXNDArrayGetShapeEx64(out[0], &ndim, &dims));
+    CHECK(ndim == 2 && dims[0] == 2 && dims[1] == 3);
+    CHECK_F32V(out[0], 6, small);
+    float *back = malloc(sizeof(float) << 20);
+    CHECK(back != NULL);
+    CHECK_OK(MXNDArraySyncCopyToCPU(out[1], back, 1u << 20));
+    CHECK(memcmp(back, big, sizeof(float) << 20) == 0);
+    free(back);
+    memcpy(buf, copy, n);
+    free(copy);
+    CHECK_OK(MXNDArrayFree(out[0]));
+    CHECK_OK(MXNDArrayFree(out[1]));
+  }
+  /* a size one short: the last name is cut */
+  uint32_t got = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **names = NULL;
+  CHECK_ERR(MXNDArrayLoadFromBuffer(buf, n - 1, &got, &arr, &nn, &names),
+            "name 1 needs 7 bytes, the file holds 6 more");
+  CHECK(strncmp(MXGetLastError(), "MXNDArrayLoadFromBuffer: ", 25) == 0);
+  CHECK_ERR(MXNDArrayLoadFromBuffer(NULL, 8, &got, &arr, &nn, &names), "ndarray_buffer");
+  CHECK_ERR(MXNDArrayLoadFromBuffer(buf, n, NULL, &arr, &nn, &names), "output pointer is NULL");
+  /* 800 MB of claimed rows in 124 bytes: refused before allocating */
+  unsigned char rows[124];
+  claims_800mb_of_rows(rows);
+  CHECK_ERR(MXNDArrayLoadFromBuffer(rows, sizeof rows, &got, &arr, &nn, &names),
+            "needs 1600000000 bytes, the file holds 24 more");
+  CHECK_OK(MXNDArrayFree(in[0]));
+  CHECK_OK(MXNDArrayFree(in[1]));
+  free(buf);
+  free(big);
+}
+
 int main(void) {
   alarm(60); /* nothing here may take long: a hang is a failure */
   atexit(remove_tmp);
@@ -304,6 +370,8 @@ int main(void) {
   round_trip_ndim(a, 33);
   round_trip_ndim(a, 40);
   round_trip_ndim(a, 1000);
+  CHECK_LIVE(g_start);
+  test_from_buffer(a);
   CHECK_LIVE(g_start);
   printf("test_load: all checks passed\n");
   return 0;

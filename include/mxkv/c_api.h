@@ -444,6 +444,14 @@ MXNET_DLL int MXNDArraySave(const char *fname, uint32_t num_args, NDArrayHandle 
 MXNET_DLL int MXNDArrayLoad(const char *fname, uint32_t *out_size, NDArrayHandle **out_arr, uint32_t *out_name_size, const char ***out_names);
 
 /*
+ Loads `.params` bytes from memory, as MXNet 1.9.1's function of this name
+ (`nd.load_frombuffer`): the arrays are read from `size` bytes at
+ `ndarray_buffer` (copied once, into the arrays), with what
+ [`MXNDArrayLoad`] returns.
+ */
+MXNET_DLL int MXNDArrayLoadFromBuffer(const void *ndarray_buffer, size_t size, uint32_t *out_size, NDArrayHandle **out_arr, uint32_t *out_name_size, const char ***out_names);
+
+/*
  Frees a handle. Other handles on the same array stay valid. NULL is
  accepted; a stale or foreign handle is an error.
  */

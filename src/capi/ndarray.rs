@@ -688,32 +688,92 @@ pub unsafe extern "C" fn MXNDArrayLoad(
     api_call("MXNDArrayLoad", || {
         // SAFETY: `fname` is NULL (checked) or a C string, per the contract.
         let path = unsafe { cstr(fname, "fname")? };
-        if out_size.is_null() || out_arr.is_null() || out_name_size.is_null() || out_names.is_null()
-        {
-            return Err(Error::new("an output pointer is NULL"));
+        let outs = (out_size, out_arr, out_name_size, out_names);
+        check_load_outs(outs)?;
+        let loaded = params::load_file(Path::new(OsStr::from_bytes(path)))?;
+        // SAFETY: the outputs are non-NULL (checked) and writable, per the contract.
+        unsafe { return_loaded(loaded, outs) }
+    })
+}
+
+/// Loads `.params` bytes from memory, as MXNet 1.9.1's function of this name
+/// (`nd.load_frombuffer`): the arrays are read from `size` bytes at
+/// `ndarray_buffer` (copied once, into the arrays), with what
+/// [`MXNDArrayLoad`] returns.
+#[no_mangle]
+pub unsafe extern "C" fn MXNDArrayLoadFromBuffer(
+    ndarray_buffer: *const c_void,
+    size: usize,
+    out_size: *mut u32,
+    out_arr: *mut *mut NDArrayHandle,
+    out_name_size: *mut u32,
+    out_names: *mut *mut *const c_char,
+) -> c_int {
+    api_call("MXNDArrayLoadFromBuffer", || {
+        if ndarray_buffer.is_null() {
+            return Err(Error::new("ndarray_buffer (the bytes to load) is NULL"));
         }
-        let (arrays, names) = params::load_file(Path::new(OsStr::from_bytes(path)))?;
-        // A name holding a NUL byte ends there, as MXNet's C strings of it do.
-        let names = names
-            .into_iter()
-            .map(|mut n| {
-                n.truncate(n.iter().position(|&b| b == 0).unwrap_or(n.len()));
-                CString::new(n).map_err(|_| Error::new("a name holds a NUL byte"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let n = u32::try_from(arrays.len()).map_err(|_| Error::new("too many arrays"))?;
-        per_thread(&LOADED, &LOADED_ORPHANS, |l| {
-            l.handles = arrays.into_iter().map(new_handle).collect();
-            l.name_ptrs = names.iter().map(|c| c.as_ptr()).collect();
-            l.names = names;
-            // SAFETY: all four outputs are non-NULL and writable, per the contract.
-            unsafe {
-                write_out(out_size, n, "out_size")?;
-                write_out(out_arr, l.handles.as_mut_ptr(), "out_arr")?;
-                write_out(out_name_size, l.name_ptrs.len() as u32, "out_name_size")?;
-                write_out(out_names, l.name_ptrs.as_mut_ptr(), "out_names")
-            }
+        if size > isize::MAX as usize {
+            return Err(Error::new(format!(
+                "size {size} is more than a buffer can hold"
+            )));
+        }
+        let outs = (out_size, out_arr, out_name_size, out_names);
+        check_load_outs(outs)?;
+        // SAFETY: `ndarray_buffer` is non-NULL (checked) and holds `size`
+        // readable bytes that nobody writes during the call, per the contract.
+        let bytes = unsafe { std::slice::from_raw_parts(ndarray_buffer.cast::<u8>(), size) };
+        let loaded = params::load(bytes)?;
+        // SAFETY: the outputs are non-NULL (checked) and writable, per the contract.
+        unsafe { return_loaded(loaded, outs) }
+    })
+}
+
+/// The four outputs of a load: count, handles, name count, names.
+type LoadOuts = (
+    *mut u32,
+    *mut *mut NDArrayHandle,
+    *mut u32,
+    *mut *mut *const c_char,
+);
+
+fn check_load_outs((size, arr, name_size, names): LoadOuts) -> Result<()> {
+    if size.is_null() || arr.is_null() || name_size.is_null() || names.is_null() {
+        return Err(Error::new("an output pointer is NULL"));
+    }
+    Ok(())
+}
+
+/// Hands loaded arrays and names out as new handles and C strings, which
+/// stay valid until the next load on this thread.
+///
+/// # Safety
+/// The outputs are non-NULL ([`check_load_outs`]) and writable.
+unsafe fn return_loaded(
+    (arrays, names): params::Loaded,
+    (out_size, out_arr, out_name_size, out_names): LoadOuts,
+) -> Result<()> {
+    // A name holding a NUL byte ends there, as MXNet's C strings of it do.
+    let names = names
+        .into_iter()
+        .map(|mut n| {
+            n.truncate(n.iter().position(|&b| b == 0).unwrap_or(n.len()));
+            CString::new(n).map_err(|_| Error::new("a name holds a NUL byte"))
         })
+        .collect::<Result<Vec<_>>>()?;
+    let n = u32::try_from(arrays.len()).map_err(|_| Error::new("too many arrays"))?;
+    per_thread(&LOADED, &LOADED_ORPHANS, |l| {
+        l.handles = arrays.into_iter().map(new_handle).collect();
+        l.name_ptrs = names.iter().map(|c| c.as_ptr()).collect();
+        l.names = names;
+        // SAFETY: all four outputs are non-NULL and writable, per the
+        // function's contract.
+        unsafe {
+            write_out(out_size, n, "out_size")?;
+            write_out(out_arr, l.handles.as_mut_ptr(), "out_arr")?;
+            write_out(out_name_size, l.name_ptrs.len() as u32, "out_name_size")?;
+            write_out(out_names, l.name_ptrs.as_mut_ptr(), "out_names")
+        }
     })
 }
 

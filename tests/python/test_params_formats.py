@@ -203,3 +203,26 @@ def test_load_frombuffer_of_saved_arrays(both, tmp_path):
     for k in want:
         assert (got[k].stype, got[k].asnumpy().tobytes()) == \
             (want[k].stype, want[k].asnumpy().tobytes()), k
+
+
+def test_load_frombuffer_reads_the_bytes_in_place(both, monkeypatch):
+    """nd.load_frombuffer hands the bytes to MXNDArrayLoadFromBuffer, as MXNet's does (libmxkv
+    had no such function: the bytes were copied into an in-memory file and loaded from there,
+    7 times MXNet's time for a ResNet-50's 100 MB), and reads len(buf) % 2**32 of them"""
+    mxnet, mxkv = both
+    assert hasattr(mxkv.base._LIB, 'MXNDArrayLoadFromBuffer')
+
+    def no_memfd(*args):
+        raise AssertionError('load_frombuffer went through a memfd')
+    monkeypatch.setattr(mxkv.ndarray.utils.os, 'memfd_create', no_memfd)
+    vals = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+    data = HDR(2) + v2([3, 4], vals.tobytes()) + v2([4], b'\x01\x02\x03\x04', dt=3) \
+        + names(b'arg:w', b'aux:b')
+    want, got = mxnet.nd.load_frombuffer(data), mxkv.nd.load_frombuffer(data)
+    assert sorted(got) == sorted(want) == ['arg:w', 'aux:b']
+    for k in want:
+        assert (got[k].dtype, got[k].shape, got[k].asnumpy().tobytes()) == \
+            (want[k].dtype, want[k].shape, want[k].asnumpy().tobytes()), k
+    for cut in (data[:-1], data[:40]):
+        with pytest.raises(mxkv.base.MXNetError):
+            mxkv.nd.load_frombuffer(cut)

@@ -121,6 +121,8 @@ PROTOTYPES = {
     'MXNDArraySyncCheckFormat': (_i32, [_h, ctypes.c_bool]),
     'MXNDArraySave': (_i32, [ctypes.c_char_p, _u32, _hp, _sp]),
     'MXNDArrayLoad': (_i32, [ctypes.c_char_p, _P(_u32), _P(_hp), _P(_u32), _P(_sp)]),
+    'MXNDArrayLoadFromBuffer': (_i32, [ctypes.c_void_p, ctypes.c_size_t, _P(_u32), _P(_hp),
+                                       _P(_u32), _P(_sp)]),
     'MXNDArrayFree': (_i32, [_h]),
     # --- libmxkv only, not MXNet's C API: MXNet's Kahan sums compiled (ndarray/_reduce.py)
     'MXKVKahanSumColumns': (_i32, [_i32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,

@@ -47,8 +47,9 @@ def load(fname):
 def load_frombuffer(buf):
     """Load what :func:`save` wrote from the bytes of a file, as MXNet's
     ``nd.load_frombuffer`` (which reads ``len(buf) % 2**32`` bytes: its length argument is
-    an mx_uint; a str goes as ctypes passes it, a wchar_t string).  libmxkv has no
-    MXNDArrayLoadFromBuffer: the bytes are loaded through an in-memory file (memfd)."""
+    an mx_uint; a str goes as ctypes passes it, a wchar_t string), through
+    MXNDArrayLoadFromBuffer; a library without it (an older libmxkv) loads the bytes
+    through an in-memory file (memfd)."""
     if not isinstance(buf, string_types + (bytes,)):
         raise TypeError('buf required to be a string or bytes')
     size = len(buf) % 2 ** 32
@@ -58,11 +59,11 @@ def load_frombuffer(buf):
     handles = ctypes.POINTER(ctypes.c_void_p)()
     names = ctypes.POINTER(ctypes.c_char_p)()
     try:
-        from_buffer = getattr(_LIB, 'MXNDArrayLoadFromBuffer')  # (a real libmxnet.so)
+        from_buffer = getattr(_LIB, 'MXNDArrayLoadFromBuffer')
     except AttributeError:
         from_buffer = None
     if from_buffer is not None:
-        check_call(from_buffer(data, ctypes.c_uint32(size), ctypes.byref(out_size),
+        check_call(from_buffer(data, size, ctypes.byref(out_size),
                                ctypes.byref(handles), ctypes.byref(out_name_size),
                                ctypes.byref(names)))
         return _loaded(out_size, handles, out_name_size, names)
