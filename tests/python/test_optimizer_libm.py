@@ -160,3 +160,32 @@ def test_no_result_depends_on_numpys_power(mxkv, monkeypatch, name, kwargs, dtyp
     assert np.power(np.float32(0.9), np.float32(3)) != real_power(np.float32(0.9),
                                                                    np.float32(3))
     assert run() == before
+
+
+SUMS = r'''
+import json, sys
+import numpy as np
+rng = np.random.RandomState(4)
+out = []
+for n in list(range(0, 140)) + [255, 256, 1000, 8192, 8193, 8194, 9000, 16384, 16385, 30001]:
+    for dt in ('float32', 'float16', 'float64'):
+        x = rng.randn(n).astype(dt)
+        x = x * x
+        out.append(x.sum().tobytes().hex())
+print(json.dumps(out))
+'''
+
+
+def test_numpy1_sum_is_numpy_1_23s_sum(ref):
+    """LBSGD's LARS factor is MXNet's Python on numpy sums (multiply(v, v).asnumpy().sum());
+    numpy 2 sums more than 8192 values in another order: mxkv computes numpy 1.23's sum
+    whatever numpy it runs on"""
+    from mxkv._numerics import numpy1_sum
+    proc = subprocess.run([ref, '-c', SUMS], capture_output=True,
+                          text=True, timeout=120, env=_env('mxnet'))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = json.loads(proc.stdout)
+    scope = {}
+    exec(SUMS.replace('x.sum()', 'numpy1_sum(x)').replace('print(json.dumps(out))', ''),
+         {'numpy1_sum': numpy1_sum}, scope)  # pylint: disable=exec-used
+    assert scope['out'] == theirs

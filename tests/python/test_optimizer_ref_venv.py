@@ -95,6 +95,24 @@ def lars_lamb_rsp(mx, name, kwargs, dtype, rows):
     return out
 
 
+def lbsgd_big(mx, dtype, shape):
+    """LBSGD(warmup_strategy='lars'): its factor comes from numpy sums of the squares
+    (multiply(v, v).asnumpy().sum() in MXNet), which numpy 2 orders otherwise above 8192
+    values"""
+    rng = np.random.RandomState(8)
+    kv = mx.kv.create('local')
+    kv.init(0, mx.nd.array(rng.randn(*shape) * 0.5, dtype=dtype))
+    kv.set_optimizer(mx.optimizer.create('lbsgd', warmup_strategy='lars', momentum=0.9,
+                                         learning_rate=0.1, wd=0.001))
+    out = []
+    for _ in range(3):
+        kv.push(0, mx.nd.array(rng.randn(*shape), dtype=dtype))
+        res = mx.nd.zeros(shape, dtype=dtype)
+        kv.pull(0, out=res)
+        out.append(res.asnumpy())
+    return out
+
+
 def _jobs():
     jobs = []
     for name, kwargs in test_optimizers.CASES:
@@ -128,6 +146,9 @@ def _jobs():
         for stype in ('default', 'row_sparse'):
             jobs.append(('test_optimizer_rsp', 'trajectory',
                          [name, dict(kwargs, multi_precision=True), 'float16', 1, stype]))
+    for dtype in ('float32', 'float16', 'float64'):
+        for shape in ((100, 90), (3, 7001)):
+            jobs.append(('test_optimizer_ref_venv', 'lbsgd_big', [dtype, shape]))
     for rows in (7, 13, 40):
         for dtype in ('float32', 'float64'):
             jobs.append(('test_optimizer_ref_venv', 'lars_lamb_rsp',
@@ -185,7 +206,8 @@ def _one_nan(tree):
 
 
 @pytest.mark.parametrize('job', range(len(JOBS)),
-                         ids=['%d-%s-%s' % (i, j[2][0], '-'.join(str(a) for a in j[2][2:]))
+                         ids=['%d-%s-%s' % (i, j[2][0] if j[1] == 'trajectory' else j[1],
+                                            '-'.join(str(a) for a in j[2][2:]))
                               for i, j in enumerate(JOBS)])
 def test_same_bits_as_mxnet_under_this_numpy(results, job):
     (theirs, _), (ours, numpy_version) = results

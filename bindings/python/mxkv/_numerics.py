@@ -24,7 +24,7 @@ import numpy as np
 
 from .base import MXNetError
 
-__all__ = ['dmlc_float', 'dmlc_double', 'strtof', 'param_str', 'c_pow']
+__all__ = ['dmlc_float', 'dmlc_double', 'strtof', 'param_str', 'c_pow', 'numpy1_sum']
 
 _MAX_DIGITS = 19
 _DIGITS = '0123456789'  # dmlc::isdigit (str.isdigit takes other scripts' digits too)
@@ -194,3 +194,85 @@ def c_pow(base, exponent):
     if dt == np.float64:
         return np.float64(fns[1](float(base), float(exponent)))
     return dt.type(np.float32(fns[0](float(np.float32(base)), float(np.float32(exponent)))))
+
+
+_PW_BLOCKSIZE = 128   # numpy's PW_BLOCKSIZE
+_NPY_BUFSIZE = 8192   # numpy 1.x's reduction chunk (NPY_BUFSIZE)
+
+
+def _pairwise_split(n):
+    half = n // 2
+    return half - half % 8
+
+
+def _pairwise_leaves(n, start, out):
+    if n <= _PW_BLOCKSIZE:
+        out.append((start, n))
+        return
+    n2 = _pairwise_split(n)
+    _pairwise_leaves(n2, start, out)
+    _pairwise_leaves(n - n2, start + n2, out)
+
+
+def _pairwise_combine(n, start, sums):
+    if n <= _PW_BLOCKSIZE:
+        return sums[start]
+    n2 = _pairwise_split(n)
+    return _pairwise_combine(n2, start, sums) + _pairwise_combine(n - n2, start + n2, sums)
+
+
+def _pairwise_sum(values, acc):
+    """numpy's @TYPE@_pairwise_sum of the 1-D `values` with `acc` accumulators: below 8
+    values one after the other; up to 128, eight running sums ((r0+r1)+(r2+r3)) +
+    ((r4+r5)+(r6+r7)) then the rest; above, the two halves (the first a multiple of 8)"""
+    n = values.size
+    values = values.astype(acc)
+    if n < 8:
+        total = acc(0)
+        for v in values:
+            total = acc(total + v)
+        return total
+    leaves = []
+    _pairwise_leaves(n, 0, leaves)
+    by_len = {}
+    for start, m in leaves:
+        by_len.setdefault(m, []).append(start)
+    sums = {}
+    for m, starts in by_len.items():   # the leaves of one length, side by side
+        starts = np.array(starts)
+        block = values[starts[:, None] + np.arange(m)]
+        if m < 8:
+            res = np.zeros(len(starts), acc)
+            for i in range(m):
+                res = res + block[:, i]
+        else:
+            r = block[:, 0:8].copy()
+            top = m - m % 8
+            for i in range(8, top, 8):
+                r = r + block[:, i:i + 8]
+            res = ((r[:, 0] + r[:, 1]) + (r[:, 2] + r[:, 3])) + \
+                ((r[:, 4] + r[:, 5]) + (r[:, 6] + r[:, 7]))
+            for i in range(top, m):
+                res = res + block[:, i]
+        sums.update(zip(starts.tolist(), res))
+    return _pairwise_combine(n, 0, sums)
+
+
+def numpy1_sum(array):
+    """``array.sum()`` as numpy 1.x (1.23.5, MXNet 1.9.1's) computes it for a contiguous
+    float16 / float32 / float64 numpy array: chunks of 8192 values, each a pairwise sum
+    (float accumulators for float16, the running total rounded to half between chunks),
+    added one after the other.  numpy 2 reduces arrays of more than 8192 values in
+    another order, so MXNet-side Python arithmetic on such sums (LBSGD's LARS factor)
+    would change with the numpy a user has."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    dtype = flat.dtype.type
+    acc = np.float32 if dtype is np.float16 else dtype
+    total = None
+    with np.errstate(over='ignore', invalid='ignore'):
+        for start in range(0, max(flat.size, 1), _NPY_BUFSIZE):
+            part = _pairwise_sum(flat[start:start + _NPY_BUFSIZE], acc)
+            total = part if total is None else acc(acc(total) + part)
+            if dtype is np.float16:
+                total = np.float16(total)
+        return dtype(total)

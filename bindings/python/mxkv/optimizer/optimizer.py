@@ -27,7 +27,7 @@ from ..base import py_str, MXKVUsageError, MXNetError
 from ..ndarray import NDArray, zeros, clip, sqrt, square, maximum, multiply
 from ..ndarray import abs as nd_abs
 from ..random import normal
-from .._numerics import dmlc_float, dmlc_double, strtof, c_pow
+from .._numerics import dmlc_float, dmlc_double, strtof, c_pow, numpy1_sum
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
            'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS', 'LBSGD',
@@ -1955,7 +1955,8 @@ class LBSGD(Optimizer):
         return lars
 
     def _l2norm(self, v):
-        return multiply(v, v).asnumpy().sum()
+        # MXNet: multiply(v, v).asnumpy().sum(), the sum of its numpy 1.x
+        return numpy1_sum(multiply(v, v).asnumpy())
 
     def _reset_cum_gradient(self, index):
         self.cumgrads[index]['cum_grad'] = 0
