@@ -370,6 +370,11 @@ def build(rows_c, rows_py):
                 a, b = pair(fig, r["variant"])
                 out.append(Row("%s %s" % (label, r["variant"]), "GB/s", convert(a, "GB/s"),
                                convert(b, "GB/s"), True))
+    for r in data:
+        if r["figure"] == "py_params" and r["lib"] == A:
+            a, b = pair("py_params", r["variant"])
+            out.append(Row("Python nd.%s (%s)" % tuple(r["variant"].split(" ", 1)), "ms",
+                           convert(a, "ms"), convert(b, "ms"), False))
     return out, limits, limit_rows, meta, data
 
 
@@ -594,7 +599,12 @@ def markdown(rows, limits, limit_rows, meta, data, args):
         "`SyncCopyFromCPU` into them returns 0 but never reaches the sparse array.")
     L.append(
         "- `bench/pybench.py`: `import mxnet` and `import mxkv` in one process, same "
-        "alternation, `nd.waitall()` ending each region, values checked with numpy.")
+        "alternation, `nd.waitall()` ending each region, values checked with numpy. "
+        "`nd.save` / `nd.load` / `nd.load_frombuffer` rows: a named float32 set saved to "
+        "and reloaded from a file in the page cache, as a training job checkpoints (each "
+        "load's arrays freed before the next, so a library that keeps freed buffers "
+        "reuses them); each library's file is checked to be MXNet's byte for byte and "
+        "every loaded array to hold the saved bytes.")
     L.append("")
     L.append("## MXNet 1.9.1 behaviour that shapes these figures")
     L.append("")
