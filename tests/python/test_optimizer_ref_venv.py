@@ -113,6 +113,54 @@ def lbsgd_big(mx, dtype, shape):
     return out
 
 
+def _numpy_hyper_cases(mx):
+    f = np.float32
+    return [
+        ('sgd', dict(learning_rate=f(0.1), momentum=f(0.9), wd=f(0.001), rescale_grad=f(0.25))),
+        ('sgd', dict(learning_rate=np.float16(0.1), wd=np.float64(0.01))),
+        ('nag', dict(learning_rate=f(0.1), momentum=f(0.9), wd=f(0.001))),
+        ('adam', dict(learning_rate=f(0.01), wd=f(0.003), beta1=f(0.8), beta2=f(0.99))),
+        ('adagrad', dict(learning_rate=f(0.1), eps=f(1e-6))),
+        ('rmsprop', dict(learning_rate=f(0.01), gamma1=f(0.8), centered=True)),
+        ('adadelta', dict(rho=f(0.8), epsilon=f(1e-4))),
+        ('signum', dict(learning_rate=f(0.01), momentum=f(0.8), wd_lh=f(0.01))),
+        ('ftrl', dict(learning_rate=f(0.1), lamda1=f(0.01), beta=f(0.5))),
+        ('ftml', dict(learning_rate=f(0.01), beta1=f(0.7), beta2=f(0.99))),
+        ('adamax', dict(learning_rate=f(0.01), beta1=f(0.7))),
+        ('nadam', dict(learning_rate=f(0.01), beta1=f(0.8), beta2=f(0.99))),
+        ('dcasgd', dict(learning_rate=f(0.1), lamda=f(0.1))),
+        ('lamb', dict(learning_rate=f(0.01), beta1=f(0.8), beta2=f(0.99))),
+        ('lars', dict(learning_rate=f(0.1), eta=f(0.01), momentum=f(0.9))),
+        ('lbsgd', dict(learning_rate=f(0.1), momentum=f(0.9), warmup_strategy='lars')),
+        ('sgd', dict(learning_rate=0.1, lr_scheduler=mx.lr_scheduler.FactorScheduler(
+            step=2, factor=f(0.7), base_lr=f(0.1)))),
+    ]
+
+
+NUMPY_HYPER_CASES = 17
+
+
+def numpy_hyper(mx, case):
+    """hyper-parameters given as numpy scalars, with lr and wd multipliers: MXNet's Python
+    mixes them with Python floats under numpy 1.x's promotion (a float32 times 0.7 is a
+    float64; numpy 2 keeps float32)"""
+    name, kwargs = _numpy_hyper_cases(mx)[case]
+    rng = np.random.RandomState(case)
+    kv = mx.kv.create('local')
+    kv.init([0, 1], [mx.nd.array(rng.randn(4, 5)) for _ in range(2)])
+    opt = mx.optimizer.create(name, **kwargs)
+    opt.set_lr_mult({0: 0.7})
+    opt.set_wd_mult({1: 3})
+    kv.set_optimizer(opt)
+    out = []
+    for _ in range(6):
+        kv.push([0, 1], [mx.nd.array(rng.randn(4, 5)) for _ in range(2)])
+        res = [mx.nd.zeros((4, 5)) for _ in range(2)]
+        kv.pull([0, 1], out=res)
+        out.append([r.asnumpy() for r in res])
+    return out
+
+
 def _jobs():
     jobs = []
     for name, kwargs in test_optimizers.CASES:
@@ -149,6 +197,8 @@ def _jobs():
     for dtype in ('float32', 'float16', 'float64'):
         for shape in ((100, 90), (3, 7001)):
             jobs.append(('test_optimizer_ref_venv', 'lbsgd_big', [dtype, shape]))
+    for case in range(NUMPY_HYPER_CASES):
+        jobs.append(('test_optimizer_ref_venv', 'numpy_hyper', [case]))
     for rows in (7, 13, 40):
         for dtype in ('float32', 'float64'):
             jobs.append(('test_optimizer_ref_venv', 'lars_lamb_rsp',
@@ -230,3 +280,7 @@ def test_the_cases_ran(results):
     errors = [r for r in theirs if isinstance(r, str)]
     assert len(errors) <= 2, errors
     assert sum(isinstance(r, str) for r in ours) == len(errors)
+
+
+def test_numpy_hyper_cases_all_listed(mxkv):
+    assert len(_numpy_hyper_cases(mxkv)) == NUMPY_HYPER_CASES

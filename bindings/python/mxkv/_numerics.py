@@ -19,12 +19,14 @@ import ctypes
 import ctypes.util
 from fractions import Fraction
 import math
+import operator
 
 import numpy as np
 
 from .base import MXNetError
 
-__all__ = ['dmlc_float', 'dmlc_double', 'strtof', 'param_str', 'c_pow', 'numpy1_sum']
+__all__ = ['dmlc_float', 'dmlc_double', 'strtof', 'param_str', 'c_pow', 'numpy1_sum',
+           'np1_scalar_op']
 
 _MAX_DIGITS = 19
 _DIGITS = '0123456789'  # dmlc::isdigit (str.isdigit takes other scripts' digits too)
@@ -276,3 +278,37 @@ def numpy1_sum(array):
             if dtype is np.float16:
                 total = np.float16(total)
         return dtype(total)
+
+
+_NEP50 = int(np.__version__.split('.')[0]) >= 2
+
+
+def _np1_python_type(value):
+    """the numpy type numpy 1.x gives a Python number meeting a numpy scalar"""
+    if isinstance(value, bool):
+        return np.bool_
+    if isinstance(value, int):
+        return np.int64 if -2 ** 63 <= value < 2 ** 63 else None
+    if isinstance(value, float):
+        return np.float64
+    return None
+
+
+def np1_scalar_op(op, a, b):
+    """``op(a, b)`` (operator.mul / sub / truediv / pow) as numpy 1.x, which MXNet 1.9.1
+    runs on, computes it when one operand is a numpy scalar and the other a Python
+    bool / int / float: the Python number counts as a bool_ / int64 / float64 scalar,
+    so np.float32(0.8) * 0.5 is a float64 (numpy 2, NEP 50, keeps float32).  A float64
+    power is the C library's pow, as numpy 1.23's scalar power.  Otherwise plain
+    ``op(a, b)``."""
+    if _NEP50 and isinstance(a, np.generic) != isinstance(b, np.generic):
+        scalar, number = (a, b) if isinstance(a, np.generic) else (b, a)
+        ptype = _np1_python_type(number)
+        if ptype is not None and scalar.dtype.kind in 'biuf':
+            dt = np.promote_types(scalar.dtype, ptype).type
+            a, b = dt(a), dt(b)
+            if op is operator.pow and dt is np.float64:
+                return c_pow(a, b)
+            with np.errstate(all='ignore'):
+                return op(a, b)
+    return op(a, b)

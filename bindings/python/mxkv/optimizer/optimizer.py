@@ -12,9 +12,11 @@ and, for the other operators, its storage fallback (see ``_StandIns``); csr weig
 storage fallback.  ``multi_precision=True`` keeps float32 master copies of float16
 weights and runs MXNet's mp_* kernels (SGD, NAG, LARS, LAMB) or its generic path.
 """
+import functools
 import io
 import logging
 import math
+import operator
 import os
 import pickle
 import struct
@@ -27,7 +29,13 @@ from ..base import py_str, MXKVUsageError, MXNetError
 from ..ndarray import NDArray, zeros, clip, sqrt, square, maximum, multiply
 from ..ndarray import abs as nd_abs
 from ..random import normal
-from .._numerics import dmlc_float, dmlc_double, strtof, c_pow, numpy1_sum
+from .._numerics import dmlc_float, dmlc_double, strtof, c_pow, numpy1_sum, np1_scalar_op
+
+# numpy 1.x's promotion of a numpy scalar with a Python number (MXNet's Python runs on it)
+_mul = functools.partial(np1_scalar_op, operator.mul)
+_sub = functools.partial(np1_scalar_op, operator.sub)
+_div = functools.partial(np1_scalar_op, operator.truediv)
+_pow = functools.partial(np1_scalar_op, operator.pow)
 
 __all__ = ['Optimizer', 'SGD', 'NAG', 'Adam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Signum',
            'Ftrl', 'Adamax', 'Nadam', 'FTML', 'DCASGD', 'SGLD', 'LAMB', 'LARS', 'LBSGD',
@@ -1070,11 +1078,11 @@ class Optimizer(object):
         lrs = [lr for _ in indices]
         for i, index in enumerate(indices):
             if index in self.param_dict:
-                lrs[i] *= self.param_dict[index].lr_mult
+                lrs[i] = _mul(lrs[i], self.param_dict[index].lr_mult)
             elif index in self.lr_mult:
-                lrs[i] *= self.lr_mult[index]
+                lrs[i] = _mul(lrs[i], self.lr_mult[index])
             elif index in self.idx2name:
-                lrs[i] *= self.lr_mult.get(self.idx2name[index], 1.0)
+                lrs[i] = _mul(lrs[i], self.lr_mult.get(self.idx2name[index], 1.0))
         return lrs
 
     def _get_lr(self, index):
@@ -1084,11 +1092,11 @@ class Optimizer(object):
         wds = [self.wd for _ in indices]
         for i, index in enumerate(indices):
             if index in self.param_dict:
-                wds[i] *= self.param_dict[index].wd_mult
+                wds[i] = _mul(wds[i], self.param_dict[index].wd_mult)
             elif index in self.wd_mult:
-                wds[i] *= self.wd_mult[index]
+                wds[i] = _mul(wds[i], self.wd_mult[index])
             elif index in self.idx2name:
-                wds[i] *= self.wd_mult.get(self.idx2name[index], 1.0)
+                wds[i] = _mul(wds[i], self.wd_mult.get(self.idx2name[index], 1.0))
         return wds
 
     def _get_wd(self, index):
@@ -1305,9 +1313,9 @@ class Adam(Optimizer):
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         t = self._index_update_count[index]
-        coef1 = 1. - self.beta1**t
-        coef2 = 1. - self.beta2**t
-        lr *= math.sqrt(coef2) / coef1
+        coef1 = _sub(1., _pow(self.beta1, t))
+        coef2 = _sub(1., _pow(self.beta2, t))
+        lr = _mul(lr, math.sqrt(coef2) / coef1)
         grad = _csr_weight_grad(weight, grad)
         with _StandIns(weight, state, _is_rsp(grad), 'AdamUpdate') as (w, (mean, var)):
             _adam_update(w, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
@@ -1516,13 +1524,13 @@ class Adamax(Optimizer):
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         t = self._index_update_count[index]
-        lr /= (1. - self.beta1**t)
+        lr = _div(lr, _sub(1., _pow(self.beta1, t)))
         grad = grad * self.rescale_grad + wd * weight
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
         m_t, u_t = state
         m_t[:] *= self.beta1
-        m_t[:] += (1. - self.beta1) * grad
+        m_t[:] += _sub(1., self.beta1) * grad
         u_t[:] = maximum(self.beta2 * u_t, nd_abs(grad))
         weight[:] -= lr * m_t / u_t
 
@@ -1553,18 +1561,18 @@ class Nadam(Optimizer):
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
         # warming momentum schedule
-        momentum_t = self.beta1 * (1. - 0.5 * (pow(0.96, t * self.schedule_decay)))
-        momentum_t_1 = self.beta1 * (1. - 0.5 * (pow(0.96, (t + 1) * self.schedule_decay)))
+        momentum_t = _mul(self.beta1, 1. - 0.5 * (pow(0.96, t * self.schedule_decay)))
+        momentum_t_1 = _mul(self.beta1, 1. - 0.5 * (pow(0.96, (t + 1) * self.schedule_decay)))
         self.m_schedule = self.m_schedule * momentum_t
         m_schedule_next = self.m_schedule * momentum_t_1
         m_t, v_t = state
         m_t[:] *= self.beta1
-        m_t[:] += (1. - self.beta1) * grad
+        m_t[:] += _sub(1., self.beta1) * grad
         v_t[:] *= self.beta2
-        v_t[:] += (1. - self.beta2) * grad * grad
+        v_t[:] += _sub(1., self.beta2) * grad * grad
         grad_prime = grad / (1. - self.m_schedule)
         m_t_prime = m_t / (1. - m_schedule_next)
-        v_t_prime = v_t / (1. - pow(self.beta2, t))
+        v_t_prime = v_t / _sub(1., _pow(self.beta2, t))
         m_t_bar = (1. - momentum_t) * grad_prime + momentum_t_1 * m_t_prime
         weight[:] -= lr * m_t_bar / (sqrt(v_t_prime) + self.epsilon)
 
@@ -1754,11 +1762,11 @@ class LARS(Optimizer):
         lrs = [lr for _ in indices]
         for i, index in enumerate(indices):
             if index in self.param_dict:
-                lrs[i] *= self.param_dict[index].lr_mult
+                lrs[i] = _mul(lrs[i], self.param_dict[index].lr_mult)
             elif index in self.lr_mult:
-                lrs[i] *= self.lr_mult[index]
+                lrs[i] = _mul(lrs[i], self.lr_mult[index])
             elif index in self.idx2name:
-                lrs[i] *= self.lr_mult.get(self.idx2name[index], 1.0)
+                lrs[i] = _mul(lrs[i], self.lr_mult.get(self.idx2name[index], 1.0))
         return lrs
 
     def set_wd_mult(self, args_wd_mult):
@@ -1992,7 +2000,7 @@ class LBSGD(Optimizer):
                 lbmult = self._get_lars(weight, grad, wd)
             else:
                 lbmult = self._get_lbmult(cgrad['num_cums'])
-            lr = lr * lbmult
+            lr = _mul(lr, lbmult)
             momentum = self.momentum if self.momentum > 0 else 0.0
             clip_g = self._clip_param()
             func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
