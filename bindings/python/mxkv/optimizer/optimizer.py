@@ -859,9 +859,10 @@ def _mp_lamb_update_phases(weight, grad, mean, var, weight32, lr, wd, t, beta1, 
 
 def _sparse_norm(arr):
     """NDArray.norm() of a row_sparse or csr array (L2NormComputeSparseImpl): the BLAS dot
-    of its stored values with themselves (sdot / ddot), then sqrt.  numpy's dot calls the
-    same OpenBLAS kernel as MXNet's on the machines tested; another BLAS may order the sum
-    otherwise."""
+    of its stored values with themselves (sdot / ddot), then sqrt.  numpy 1.23.5's dot calls
+    the same OpenBLAS kernel as MXNet's on the machines tested (float32); another BLAS may
+    order the sum otherwise: numpy 2.4's OpenBLAS 0.3.31 does for 32 values or more
+    (test_optimizer_ref_venv marks those cases xfail under numpy >= 1.24)."""
     with arr.data as data_nd:
         flat = np.ascontiguousarray(data_nd.asnumpy()).reshape(-1)
     with _errstate():
