@@ -153,14 +153,15 @@ pytest: venv-ref build
 
 ## The optimizer suites under numpy 2, which a user installing the wheel gets (MXNet 1.9.1
 ## needs numpy < 1.24): mxkv in a second venv, MXNet from the reference venv in
-## subprocesses (the in-process differential tests skip there).
+## subprocesses (the in-process differential tests skip there). numpy pinned (the newest
+## release when this was written) so that a new numpy release cannot change CI.
 VENV2 := build/venv-numpy2
 NUMPY2_TESTS := $(addprefix tests/python/,test_optimizer_ref_venv.py test_optimizer_libm.py \
         test_optimizer_pickle.py test_optimizer_pickle_numpy.py test_optimizer_pickle_shapes.py \
         test_optimizer_states_mxnet.py)
 $(VENV2)/.base:
 	$(PYTHON) -m venv $(VENV2)
-	$(VENV2)/bin/python -m pip install -q "numpy==2.*" pytest
+	$(VENV2)/bin/python -m pip install -q numpy==2.4.6 pytest
 	touch $@
 pytest-numpy2: venv-ref build $(VENV2)/.base
 	PYTHONPATH=bindings/python MXKV_LIBRARY_PATH=$(abspath $(SO)) \
