@@ -786,7 +786,8 @@ def _mp_multi_sgd(weight, grad, weight32, mom, lr, wd, momentum, rescale_grad,
     m = f32(dmlc_float(momentum))
     rescale, clip_g = f32(dmlc_float(rescale_grad)), f32(dmlc_float(clip_gradient))
     with _errstate():
-        prev = s if s is not None else np.zeros_like(w32)
+        # without momentum the kernel's mom starts at 0: a scalar, not an array of zeros
+        prev = s if s is not None else f32(0)
         if clip_g >= 0:
             new_mom = m * prev - lr * wd * w32 - lr * _clip_map(rescale * g, clip_g)
         else:
