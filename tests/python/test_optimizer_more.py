@@ -506,6 +506,26 @@ def test_lamb_single_index_update(both, dtype):
     assert_same_bits(run(mxnet), run(mxkv), 'lamb')
 
 
+@pytest.mark.parametrize('stype', ['row_sparse', 'csr'])
+def test_lamb_single_index_float16_sparse_weight_fails_as_mxnet(both, stype):
+    """LAMB one index at a time takes r1 = weight.norm(); MXNet has no float16 kernel for
+    a sparse norm (MXNetError 'Not implmented!') and leaves the weight as it was, its
+    phase 1 having written mean and var: so does mxkv (it updated the weight before, with
+    a float16 dot of the stored values)"""
+    mxnet, mxkv = both
+
+    def run(mx):
+        opt = mx.optimizer.LAMB(learning_rate=0.05)
+        opt.aggregate_num = 1
+        upd = mx.optimizer.get_updater(opt)
+        w = mx.nd.array([[0, 1.5], [2, 0]], dtype='float16').tostype(stype)
+        with pytest.raises(mx.base.MXNetError):
+            upd(0, mx.nd.ones((2, 2), dtype='float16'), w)
+            mx.nd.waitall()
+        return [w.asnumpy()] + [s.asnumpy() for s in upd.states[0]]
+    assert_same_bits(run(mxnet), run(mxkv), 'lamb float16 %s weight' % stype)
+
+
 # --- LARS ----------------------------------------------------------------------------------
 @pytest.mark.parametrize('dtype', ['float32', 'float64', 'float16'])
 @pytest.mark.parametrize('aggregation', ['4', '2'])
