@@ -12,6 +12,21 @@ __all__ = ['create', 'KVStoreBase']
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
+# Usage errors where MXNet 1.9.1's frontend raises a builtin exception other than
+# AssertionError: mxkv's are of that class too, so `except TypeError` etc. still catch them.
+class MXKVUsageTypeError(MXKVUsageError, TypeError):
+    """A value that is neither an NDArray nor a list of them (MXNet: TypeError)."""
+
+
+class MXKVUsageOverflowError(MXKVUsageError, OverflowError):
+    """An int key outside C int (MXNet: OverflowError from array('i'))."""
+
+
+class MXKVUsageAttributeError(MXKVUsageError, AttributeError):
+    """A gradient-compression parameter name that is not a str (MXNet: AttributeError
+    from name.encode)."""
+
+
 def _key_repr(keys):
     return repr(keys if not isinstance(keys, tuple) else list(keys))
 
@@ -24,8 +39,10 @@ def _flatten(keys, vals, op):
     """
     if isinstance(keys, (tuple, list)):
         if not isinstance(vals, (tuple, list)):
-            raise MXKVUsageError('KVStore.%s: keys %s is a list but the values are a %s'
-                                 % (op, _key_repr(keys), type(vals).__name__))
+            # MXNet asserts len(keys) == len(vals): TypeError when vals has no len()
+            cls = MXKVUsageError if hasattr(vals, '__len__') else MXKVUsageTypeError
+            raise cls('KVStore.%s: keys %s is a list but the values are a %s'
+                      % (op, _key_repr(keys), type(vals).__name__))
         if len(keys) != len(vals):
             raise MXKVUsageError('KVStore.%s: %d keys %s but %d values/outputs'
                                  % (op, len(keys), _key_repr(keys), len(vals)))
@@ -46,7 +63,8 @@ def _flatten(keys, vals, op):
         # bool is an int: MXNet takes True and False as the keys 1 and 0
         keys = int(keys)
         if not _INT32_MIN <= keys <= _INT32_MAX:
-            raise MXKVUsageError('KVStore.%s: key %d does not fit in a C int' % (op, keys))
+            raise MXKVUsageOverflowError('KVStore.%s: key %d does not fit in a C int'
+                                         % (op, keys))
         use_str = False
     else:
         raise MXKVUsageError('KVStore.%s: key %r has unexpected type %s (int or str expected)'
@@ -56,8 +74,10 @@ def _flatten(keys, vals, op):
     elif isinstance(vals, (list, tuple)):
         vals = list(vals)
     else:
-        raise MXKVUsageError('KVStore.%s: value for key %r must be an NDArray or a list of '
-                             'NDArrays, not %s' % (op, keys, type(vals).__name__))
+        # MXNet iterates the value: TypeError when it is not iterable
+        cls = MXKVUsageError if hasattr(vals, '__iter__') else MXKVUsageTypeError
+        raise cls('KVStore.%s: value for key %r must be an NDArray or a list of NDArrays, '
+                  'not %s' % (op, keys, type(vals).__name__))
     for val in vals:
         if not isinstance(val, NDArray):
             raise MXKVUsageError('KVStore.%s: value for key %r must be an NDArray, not %s'
@@ -92,8 +112,12 @@ def _ctype_dict(param_dict):
     """c arrays of the keys and str() of the values of a dict"""
     if not isinstance(param_dict, dict):
         raise MXKVUsageError('unexpected type for param_dict: ' + str(type(param_dict)))
+    for k in param_dict:
+        if not isinstance(k, string_types):
+            raise MXKVUsageAttributeError('parameter names must be str, not %s (%r)'
+                                          % (type(k).__name__, k))
     keys = (ctypes.c_char_p * len(param_dict))()
-    keys[:] = [str(k).encode('utf-8') for k in param_dict.keys()]
+    keys[:] = [k.encode('utf-8') for k in param_dict.keys()]
     vals = (ctypes.c_char_p * len(param_dict))()
     vals[:] = [str(v).encode('utf-8') for v in param_dict.values()]
     return keys, vals

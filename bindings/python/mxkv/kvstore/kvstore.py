@@ -385,8 +385,11 @@ class KVStore(KVStoreBase):
         """Read states written by :meth:`save_optimizer_states`."""
         if self._updater is None:
             raise MXKVUsageError('Cannot load states for distributed training')
+        # as MXNet: the updater's set_states is looked up before the file is opened (an
+        # updater that is a plain function raises AttributeError whatever the file)
+        set_states = self._updater.set_states
         with open(fname, 'rb') as fin:
-            self._updater.set_states(fin.read())
+            set_states(fin.read())
 
     def _set_updater(self, updater):
         """Install ``updater(key, recv, stored)``; it must modify `stored` in place.

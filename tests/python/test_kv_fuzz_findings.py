@@ -1,0 +1,106 @@
+"""Regression tests for what the KVStore scenario fuzz (kv_fuzz.py, test_kv_fuzz.py) found
+in the Python frontend (bindings/python/mxkv/kvstore): each case runs through MXNet 1.9.1
+and mxkv; where MXNet raises, mxkv must raise an exception a caller catching MXNet's class
+catches too (mxkv's usage errors stay MXKVUsageError, i.e. MXNetError and AssertionError,
+as well).
+"""
+import os
+
+import pytest
+
+
+def _outcome(mx, fn):
+    try:
+        fn(mx)
+        return None
+    except Exception as exc:  # pylint: disable=broad-except
+        return exc
+
+
+def _same_class(both, fn):
+    mxnet, mxkv = both
+    want = _outcome(mxnet, fn)
+    got = _outcome(mxkv, fn)
+    assert want is not None, 'MXNet accepted the call'
+    assert isinstance(got, type(want)), 'MXNet raised %s (%s), mxkv %r' % (
+        type(want).__name__, want, got)
+    assert isinstance(got, mxkv.base.MXKVUsageError), got
+    return got
+
+
+def _store(mx, kind='local'):
+    kv = mx.kv.create(kind)
+    kv.init(3, mx.nd.ones((4,)))
+    return kv
+
+
+# MXNet's _ctype_key_value iterates a single key's value: an object that is neither an
+# NDArray nor iterable raises TypeError there.
+@pytest.mark.parametrize('value', [None, 5, 2.5])
+@pytest.mark.parametrize('op', ['push', 'pull', 'pushpull', 'pushpull_out', 'init',
+                                'broadcast'])
+def test_value_that_is_not_iterable_raises_type_error(both, op, value):
+    def call(mx):
+        kv = _store(mx)
+        if op == 'push':
+            kv.push(3, value)
+        elif op == 'pull':
+            kv.pull(3, out=value)
+        elif op == 'pushpull':
+            kv.pushpull(3, value)
+        elif op == 'pushpull_out' and value is not None:
+            kv.pushpull(3, mx.nd.ones((4,)), out=value)
+        elif op == 'pushpull_out':
+            kv.pushpull([3], [mx.nd.ones((4,))], out=[value])
+        elif op == 'init':
+            kv.init(4, value)
+        else:
+            kv.broadcast(5, value, out=mx.nd.ones((4,)))
+    _same_class(both, call)
+
+
+# A list of keys with values that have no len(): MXNet's assert len(keys) == len(vals)
+# raises TypeError.
+@pytest.mark.parametrize('value', [None, 5])
+def test_key_list_with_values_without_len_raises_type_error(both, value):
+    _same_class(both, lambda mx: _store(mx).push([3], value))
+
+
+# Keys outside C int: MXNet packs them with array('i', ...), which raises OverflowError.
+@pytest.mark.parametrize('key', [2 ** 31, -2 ** 31 - 1, 2 ** 40, [3, 2 ** 40]])
+def test_key_outside_c_int_raises_overflow_error(both, key):
+    def call(mx):
+        kv = _store(mx)
+        vals = [mx.nd.ones((4,)) for _ in key] if isinstance(key, list) else mx.nd.ones((4,))
+        kv.push(key, vals)
+    _same_class(both, call)
+
+
+# Gradient-compression parameters whose names are not str: MXNet's c_str(name) calls
+# name.encode (AttributeError); mxkv passed str(name) to the library, so {1: 2} was taken.
+@pytest.mark.parametrize('params', [{'type': '2bit', 1: 2}, {b'type': '2bit'},
+                                    {'type': '2bit', ('threshold',): 0.5}])
+def test_compression_parameter_names_must_be_str(both, params):
+    _same_class(both, lambda mx: _store(mx, 'device').set_gradient_compression(params))
+
+
+# load_optimizer_states with an updater that has no set_states (a Python function): MXNet
+# evaluates self._updater.set_states before it opens the file, so the error is the
+# AttributeError even when the file does not exist; mxkv opened the file first.
+def test_load_optimizer_states_of_a_function_updater(both, tmp_path):
+    mxnet, mxkv = both
+    missing = os.path.join(str(tmp_path), 'missing.states')
+    present = os.path.join(str(tmp_path), 'present.states')
+    with open(present, 'wb') as f:
+        f.write(b'junk')
+
+    def call(mx, fname):
+        kv = _store(mx)
+        kv._set_updater(lambda key, recv, local: None)  # pylint: disable=protected-access
+        kv.load_optimizer_states(fname)
+    for fname in (missing, present):
+        want = _outcome(mxnet, lambda mx: call(mx, fname))
+        got = _outcome(mxkv, lambda mx: call(mx, fname))
+        assert type(want) is AttributeError, want
+        assert type(got) is AttributeError, got
+        assert str(got) == str(want)
