@@ -91,6 +91,58 @@ def _errstate():
     return np.errstate(all='ignore')
 
 
+# --- what MXNet's Python checks before its operators run ---------------------------------
+# A state of another layout (e.g. loaded by Updater.set_states from an optimizer with the
+# other multi_precision setting: a (float32 master copy, state) tuple where an array is
+# expected, or the other way round) fails in MXNet in its Python: an update method's
+# `assert(isinstance(weight, NDArray))`, the unpacking of the state, or the assertions of
+# its generated operator functions (python/mxnet/ndarray/register.py) on every NDArray
+# argument, made before the operator runs.  mxkv makes the same checks at the same points.
+def _assert_ndarrays(*arrays):
+    """the `assert(isinstance(weight, NDArray))` (and grad) opening MXNet's update methods"""
+    for arr in arrays:
+        if not isinstance(arr, NDArray):
+            raise MXKVUsageError('an optimizer updates NDArrays (got %s)' % type(arr).__name__)
+
+
+def _op_args(*named):
+    """the check of an operator with named NDArray arguments (sgd_mom_update(weight, grad,
+    mom), adam_update(..., mean, var) ...): `named` = (name, value) pairs in the operator's
+    order; None is an argument left out"""
+    for name, value in named:
+        if value is not None and not isinstance(value, NDArray):
+            raise MXKVUsageError('Argument %s must have NDArray type, but got %s'
+                                 % (name, str(value)))
+
+
+def _flatten_list(nested):
+    return [item for sublist in nested for item in sublist]
+
+
+def _op_positional(values):
+    """the check of an operator taking a list of arrays (multi_sgd_mom_update(*arrays),
+    _multi_lamb_update ...)"""
+    for value in values:
+        if not isinstance(value, NDArray):
+            raise MXKVUsageError('Positional arguments must have NDArray type, but got %s'
+                                 % str(value))
+
+
+def _multi_sgd_args(weights, grads, states, multi_precision, use_momentum):
+    """the arrays MXNet's SGD and LARS give their multi_(mp_)sgd(_mom)_update and
+    preloaded_* operators, built as MXNet builds them (its TypeError / IndexError for
+    states of another layout) and checked as its operator functions check them"""
+    if not multi_precision:
+        if not use_momentum:
+            return
+        args = _flatten_list(zip(weights, grads, states))
+    elif use_momentum:
+        args = _flatten_list(zip(weights, grads, *zip(*states)))
+    else:
+        args = _flatten_list(zip(weights, grads, list(zip(*states))[1]))
+    _op_positional(args)
+
+
 # --- row_sparse gradients for dense weights -----------------------------------------
 # MXNet's update operators take a row_sparse gradient three ways: sgd_update,
 # sgd_mom_update and adam_update have row_sparse kernels, "lazy" (only the gradient's
@@ -1128,6 +1180,7 @@ create = Optimizer.create_optimizer  # pylint: disable=invalid-name
 def _sgd_step(weight, grad, state, lr, wd, momentum, rescale_grad, clip_g, lazy_update):
     """One index's sgd_update (no state) or sgd_mom_update: the per-index path of SGD
     and LARS (MXNet's unaggregated SGD kernels)."""
+    _op_args(('mom', state))
     func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
     grad = _csr_weight_grad(weight, grad)
     with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
@@ -1142,13 +1195,15 @@ def _mp_sgd_step(weight, grad, state, lr, wd, momentum, rescale_grad, clip_g, ag
     """One weight's multi-precision SGD step (SGD, LARS): the aggregated kernel
     (multi_mp_sgd(_mom)_update, or preloaded_multi_mp_sgd(_mom)_update) for dense
     arrays, else mp_sgd_update / mp_sgd_mom_update (dense kernels: a row_sparse weight
-    or gradient takes MXNet's storage fallback); state = (momentum or None, weight32)"""
+    or gradient takes MXNet's storage fallback); state = (momentum or None, weight32)
+    (aggregated: checked by the caller, _multi_sgd_args)"""
     mom, weight32 = state[0], state[1]
     if aggregate:
         _mp_multi_sgd(weight, grad, weight32, mom if use_momentum else None, lr, wd,
                       momentum, rescale_grad, clip_g, preloaded=preloaded)
         return
-    with _StandIns(weight, state, False) as (w, (st_mom, st_w32)):
+    _op_args(('mom', mom), ('weight32', weight32))
+    with _StandIns(weight, (mom, weight32), False) as (w, (st_mom, st_w32)):
         _mp_sgd_update(w, grad, st_w32, st_mom, lr, wd, momentum, rescale_grad, clip_g)
 
 
@@ -1201,6 +1256,8 @@ class SGD(Optimizer):
         wds = self._get_wds(indices)
         momentum = self.momentum if self.momentum > 0 else 0.0
         clip_g = self._clip_param()
+        if aggregate:   # one multi_* operator for all: checked before any update
+            _multi_sgd_args(weights, grads, states, multi_precision, self.momentum > 0)
         for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
             if multi_precision:   # state: (float32 momentum or None, float32 master copy)
                 _mp_sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad,
@@ -1235,11 +1292,13 @@ class Signum(Optimizer):
         return None
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         momentum = self.momentum if self.momentum > 0 else 0.0
         wd_lh = self.wd_lh if self.wd_lh else 0.0
+        _op_args(('mom', state))
         with _StandIns(weight, state, False) as (w, st):  # no row_sparse kernel: fallback
             if st is not None:
                 _signum_update(w, grad, st, lr, wd, momentum, self.rescale_grad,
@@ -1269,11 +1328,13 @@ class NAG(Optimizer):
             return
         # mp_nag_mom_update / mp_sgd_update (dense kernels: sparse arrays take MXNet's
         # storage fallback); state = (float32 momentum or None, float32 master copy)
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         momentum = self.momentum if self.momentum > 0 else 0.0
-        with _StandIns(weight, state, False) as (w, (mom, weight32)):
+        _op_args(('mom', state[0]), ('weight32', state[1]))
+        with _StandIns(weight, (state[0], state[1]), False) as (w, (mom, weight32)):
             if mom is not None:
                 _mp_nag_mom_update(w, grad, weight32, mom, lr, wd, momentum,
                                    self.rescale_grad, self._clip_param())
@@ -1282,10 +1343,12 @@ class NAG(Optimizer):
                                self._clip_param())
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         if state is not None:
+            _op_args(('mom', state))
             with _StandIns(weight, state, False) as (w, st):  # nag_mom_update: fallback
                 _nag_mom_update(w, grad, st, lr, wd,
                                 self.momentum if self.momentum > 0 else 0.0,
@@ -1314,6 +1377,7 @@ class Adam(Optimizer):
                 zeros(weight.shape, weight.context, dtype=weight.dtype, stype=stype))  # var
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1321,8 +1385,10 @@ class Adam(Optimizer):
         coef1 = _sub(1., _pow(self.beta1, t))
         coef2 = _sub(1., _pow(self.beta2, t))
         lr = _mul(lr, math.sqrt(coef2) / coef1)
+        mean, var = state
+        _op_args(('mean', mean), ('var', var))
         grad = _csr_weight_grad(weight, grad)
-        with _StandIns(weight, state, _is_rsp(grad), 'AdamUpdate') as (w, (mean, var)):
+        with _StandIns(weight, (mean, var), _is_rsp(grad), 'AdamUpdate') as (w, (mean, var)):
             _adam_update(w, grad, mean, var, lr, wd, self.beta1, self.beta2, self.epsilon,
                          self.rescale_grad, self._clip_param(), self.lazy_update)
 
@@ -1338,10 +1404,12 @@ class AdaGrad(Optimizer):
         return zeros(weight.shape, weight.context, stype=weight.stype)  # history
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         if _is_rsp(grad):
+            _op_args(('history', state))   # sparse.adagrad_update(weight, grad, history)
             if weight.stype == 'csr':
                 raise MXNetError('AdaGrad with a row_sparse gradient for a csr weight: '
                                  'MXNet 1.9.1 has no _sparse_adagrad_update kernel for it')
@@ -1356,9 +1424,9 @@ class AdaGrad(Optimizer):
                                        self.float_stable_eps, self.rescale_grad,
                                        self._clip_param())
             return
-        if weight.stype == 'default' and state.stype == 'default':
+        if weight.stype == 'default' and getattr(state, 'stype', None) == 'default':
             _check_dense(weight, grad, state)
-        history = state
+        history = state   # (not an NDArray: `history[:] += ...` raises MXNet's TypeError)
         grad = grad * self.rescale_grad
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
@@ -1388,6 +1456,7 @@ class RMSProp(Optimizer):
         return (zeros(weight.shape, weight.context, stype=stype),)      # n
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1418,6 +1487,7 @@ class AdaDelta(Optimizer):
                 zeros(weight.shape, weight.context))   # accumulated delta
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         wd = self._get_wd(index)
         self._update_count(index)
         if grad.stype == 'default' and weight.stype == 'default':
@@ -1457,10 +1527,12 @@ class Ftrl(Optimizer):
                 zeros(weight.shape, weight.context, stype=weight.stype))  # n
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         wd = self._get_wd(index)
         lr = self._get_lr(index)
         z, n = state
+        _op_args(('z', z), ('n', n))
         # MXNet's row_sparse kernel needs every input row_sparse; anything else is its
         # storage fallback (the dense kernel on dense copies)
         kernel = _is_rsp(weight) and _is_rsp(grad) and _is_rsp(z) and _is_rsp(n)
@@ -1497,6 +1569,7 @@ class FTML(Optimizer):
                 zeros(weight.shape, weight.context, dtype=weight.dtype))  # z_0
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1525,6 +1598,7 @@ class Adamax(Optimizer):
                 zeros(weight.shape, weight.context, dtype=weight.dtype))  # variance
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1558,6 +1632,7 @@ class Nadam(Optimizer):
                 zeros(weight.shape, weight.context, dtype=weight.dtype))  # variance
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1602,6 +1677,7 @@ class DCASGD(Optimizer):
                 weight.copy())  # previous weight
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1641,6 +1717,7 @@ class SGLD(Optimizer):
         return None
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
@@ -1697,19 +1774,27 @@ class LAMB(Optimizer):
                     raise AssertionError('LAMB: %d indices with aggregate_num %d'
                                          % (len(index), self.aggregate_num))
                 index, weight, grad, state = index[0], weight[0], grad[0], state[0]
+            _assert_ndarrays(weight, grad)
             self._update_count(index)
             lr = self._get_lr(index)
             wd = self._get_wd(index)
             t = self._index_update_count[index]
             if multi_precision:
+                mean, var = state[1]
+                weight32 = state[0]
+                _op_args(('mean', mean), ('var', var), ('weight32', weight32))
                 # mp_lamb_update_phase1/2, r1 = weight32.norm() (dense kernels: sparse
                 # arrays take MXNet's storage fallback)
-                with _StandIns(weight, state, False) as (w, (weight32, (mean, var))):
+                with _StandIns(weight, (weight32, (mean, var)), False) as \
+                        (w, (weight32, (mean, var))):
                     _mp_lamb_update_phases(w, grad, mean, var, weight32, lr, wd, t,
                                            self.beta1, self.beta2, self.epsilon,
                                            self.rescale_grad, self._clip_param(),
                                            self.bias_correction, lower, upper)
                 return
+            mean, var = state
+            _op_args(('mean', mean), ('var', var))
+            state = (mean, var)
             if weight.stype != 'default' and weight.dtype == np.float16:
                 # MXNet runs phase 1 (mean and var written), then weight.norm() fails
                 # (no float16 kernel for a sparse norm): the weight stays as it was
@@ -1726,23 +1811,43 @@ class LAMB(Optimizer):
                                     self.epsilon, self.rescale_grad, self._clip_param(),
                                     self.bias_correction, lower, upper, weight_norm=r1)
             return
-        for i in index:
+        for i, w_i, g_i in zip(index, weight, grad):
+            _assert_ndarrays(w_i, g_i)
             self._update_count(i)
         steps = [self._index_update_count[i] for i in index]
         lrs = [self._get_lr(i) for i in index]
         wds = [self._get_wd(i) for i in index]
-        for w_i, g_i, st, step, lr, wd in zip(weight, grad, state, steps, lrs, wds):
-            if multi_precision:   # multi_mp_lamb_update
-                with _StandIns(w_i, st, False) as (w, (weight32, (mean, var))):
+        for sidx in range(0, len(weight), self.aggregate_num):
+            eidx = min(sidx + self.aggregate_num, len(weight))
+            chunk = state[sidx:eidx]
+            # the states as MXNet's multi_(mp_)lamb_update gets them from its Python
+            if multi_precision:
+                temp = list(zip(*list(zip(*chunk))[1]))
+                means, variances = temp[0], temp[1]
+                weights32 = list(zip(*chunk))[0]
+                columns = (weight[sidx:eidx], grad[sidx:eidx], means, variances, weights32)
+            else:
+                means, variances = list(zip(*chunk))
+                weights32 = [None] * (eidx - sidx)
+                columns = (weight[sidx:eidx], grad[sidx:eidx], means, variances)
+            args = _flatten_list(zip(*columns))
+            _op_positional(args)
+            if len(args) != len(columns) * (eidx - sidx):
+                raise MXNetError('Check failed: num_inputs == infered_num_inputs (%d vs. %d)'
+                                 ' : Operator _multi_%slamb_update expects %d inputs, but '
+                                 'got %d instead.' % (len(args), len(columns) * (eidx - sidx),
+                                                      'mp_' if multi_precision else '',
+                                                      len(columns) * (eidx - sidx),
+                                                      len(args)))
+            for k, (w_i, g_i, mean, var, weight32) in enumerate(zip(
+                    weight[sidx:eidx], grad[sidx:eidx], means, variances, weights32)):
+                step, lr, wd = steps[sidx + k], lrs[sidx + k], wds[sidx + k]
+                with _StandIns(w_i, (weight32, (mean, var)), False) as \
+                        (w, (weight32, (mean, var))):
                     _multi_lamb_update(w, g_i, mean, var, lr, wd, step, self.beta1,
                                        self.beta2, self.epsilon, self.rescale_grad,
                                        self._clip_param(), self.bias_correction, lower,
                                        upper, weight32=weight32)
-                continue
-            with _StandIns(w_i, st, False) as (w, (mean, var)):
-                _multi_lamb_update(w, g_i, mean, var, lr, wd, step, self.beta1, self.beta2,
-                                   self.epsilon, self.rescale_grad, self._clip_param(),
-                                   self.bias_correction, lower, upper)
 
 
 @register
@@ -1808,20 +1913,19 @@ class LARS(Optimizer):
             return _sparse_norm(v)
         return _nrm2(v.asnumpy())
 
-    def _aggregated_reach(self, indices):
-        """positions in `indices` that MXNet's dense path updates: it orders the weights
-        LARS ones first, then steps through them in slices [s:s + aggregate_num]; an empty
-        slice (any aggregate_num <= 0 comes to one) goes to preloaded_multi_sgd_update
-        with no arrays, which raises, leaving the rest as they were"""
+    def _aggregated_chunks(self, indices):
+        """MXNet's dense path: the positions in `indices`, LARS ones first, in slices
+        [s:s + aggregate_num], one preloaded_multi_(mp_)sgd(_mom)_update each; an empty
+        slice (any aggregate_num <= 0 comes to one) is the last (the operator raises)"""
         order = [p for p, i in enumerate(indices) if not self._no_lars(i)] + \
             [p for p, i in enumerate(indices) if self._no_lars(i)]
         sidx = 0
         while sidx < len(order):
-            eidx = sidx + len(order[sidx:sidx + self.aggregate_num])
-            if eidx == sidx:
-                break
-            sidx = eidx
-        return set(order[:sidx])
+            chunk = order[sidx:sidx + self.aggregate_num]
+            yield chunk
+            if not chunk:
+                return
+            sidx += len(chunk)
 
     def _no_lars(self, index):
         name = self.idx2name[index] if index in self.idx2name else str(index)
@@ -1858,39 +1962,19 @@ class LARS(Optimizer):
                 if (self.momentum_correction and self.last_lr != 0) else self.momentum
         clip_g = self._clip_param()
         if aggregate:
-            f32 = np.float32
-            reached = self._aggregated_reach(indices)
-            for pos, (index, weight, grad, state, lr, wd) in enumerate(
-                    zip(indices, weights, grads, states, lrs, wds)):
-                if pos not in reached:
-                    continue
-                lr32, wd32 = f32(lr), f32(wd)
-                if not self._no_lars(index):
-                    # multi_sum_sq of the weight and the raw gradient, then MultiLARSKernel
-                    _check_dense(weight, grad)
-                    w_sum = _sum_sq(weight._arith_view())
-                    g_sum = _sum_sq(grad._arith_view())
-                    eta = f32(dmlc_float(self.eta))
-                    eps = f32(dmlc_float(self.eps))
-                    rescale = f32(dmlc_float(self.rescale_grad))
-                    with _errstate():
-                        w_norm = np.sqrt(w_sum)
-                        if w_norm > 0. and g_sum > 0.:
-                            lr32 = lr32 * eta * w_norm / (np.sqrt(g_sum) * rescale
-                                                          + wd32 * w_norm + eps)
-                if multi_precision:
-                    _mp_sgd_step(weight, grad, state, lr32, wd32, momentum,
-                                 self.rescale_grad, clip_g, True, self.momentum > 0,
-                                 preloaded=True)
-                    continue
-                _preloaded_multi_sgd(weight, grad, state if self.momentum > 0 else None,
-                                     lr32, wd32, momentum, self.rescale_grad, clip_g)
-            if len(reached) < len(indices):
-                raise MXNetError(
-                    'Check failed: dim_size_is_known(*it): Shape dim size cannot be a '
-                    'negative value -1 (as in MXNet 1.9.1: with MXNET_OPTIMIZER_AGGREGATION_'
-                    'SIZE=%d, LARS calls preloaded_multi_sgd%s_update on no arrays for its '
-                    'dense weights)' % (self.aggregate_num, '_mom' if self.momentum > 0 else ''))
+            for chunk in self._aggregated_chunks(indices):
+                _multi_sgd_args([weights[p] for p in chunk], [grads[p] for p in chunk],
+                                [states[p] for p in chunk], multi_precision,
+                                self.momentum > 0)
+                if not chunk:
+                    raise MXNetError(
+                        'Check failed: dim_size_is_known(*it): Shape dim size cannot be a '
+                        'negative value -1 (as in MXNet 1.9.1: with MXNET_OPTIMIZER_'
+                        'AGGREGATION_SIZE=%d, LARS calls preloaded_multi_sgd%s_update on no '
+                        'arrays for its dense weights)'
+                        % (self.aggregate_num, '_mom' if self.momentum > 0 else ''))
+                self._aggregated_update(chunk, indices, weights, grads, states, lrs, wds,
+                                        momentum, clip_g, multi_precision)
             return
         lrs = [self._get_lars(i, w, g, lr, wd)
                for (i, w, g, lr, wd) in zip(indices, weights, grads, lrs, wds)]
@@ -1901,6 +1985,35 @@ class LARS(Optimizer):
                 continue
             _sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
                       self.lazy_update)
+
+    def _aggregated_update(self, chunk, indices, weights, grads, states, lrs, wds,
+                           momentum, clip_g, multi_precision):
+        """one preloaded_multi_(mp_)sgd(_mom)_update: the positions `chunk` of the lists"""
+        f32 = np.float32
+        for pos in chunk:
+            index, weight, grad, state, lr, wd = (indices[pos], weights[pos], grads[pos],
+                                                  states[pos], lrs[pos], wds[pos])
+            lr32, wd32 = f32(lr), f32(wd)
+            if not self._no_lars(index):
+                # multi_sum_sq of the weight and the raw gradient, then MultiLARSKernel
+                _check_dense(weight, grad)
+                w_sum = _sum_sq(weight._arith_view())
+                g_sum = _sum_sq(grad._arith_view())
+                eta = f32(dmlc_float(self.eta))
+                eps = f32(dmlc_float(self.eps))
+                rescale = f32(dmlc_float(self.rescale_grad))
+                with _errstate():
+                    w_norm = np.sqrt(w_sum)
+                    if w_norm > 0. and g_sum > 0.:
+                        lr32 = lr32 * eta * w_norm / (np.sqrt(g_sum) * rescale
+                                                      + wd32 * w_norm + eps)
+            if multi_precision:
+                _mp_sgd_step(weight, grad, state, lr32, wd32, momentum,
+                             self.rescale_grad, clip_g, True, self.momentum > 0,
+                             preloaded=True)
+                continue
+            _preloaded_multi_sgd(weight, grad, state if self.momentum > 0 else None,
+                                 lr32, wd32, momentum, self.rescale_grad, clip_g)
 
     def update(self, index, weight, grad, state):
         self._update_impl(index, weight, grad, state)
@@ -2004,6 +2117,7 @@ class LBSGD(Optimizer):
         return cgrad
 
     def update(self, index, weight, grad, state):
+        _assert_ndarrays(weight, grad)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
         self._update_count(index)
@@ -2017,6 +2131,11 @@ class LBSGD(Optimizer):
             lr = _mul(lr, lbmult)
             momentum = self.momentum if self.momentum > 0 else 0.0
             clip_g = self._clip_param()
+            if isinstance(state, (list, tuple)):
+                self._mp_step(weight, grad, state, lr, wd, momentum, clip_g)
+                self._reset_cum_gradient(index)
+                return
+            _op_args(('mom', state))
             func = 'SGDMomUpdate' if state is not None else 'SGDUpdate'
             grad = _csr_weight_grad(weight, grad)
             with _StandIns(weight, state, _is_rsp(grad), func) as (w, st):
@@ -2029,6 +2148,24 @@ class LBSGD(Optimizer):
             grad = _csr_weight_grad(weight, grad)
             with _StandIns(weight, None, _is_rsp(grad), 'SGDUpdate') as (w, _):
                 _sgd_update(w, grad, 0.0, wd, 1.0, -1.0)
+
+    def _mp_step(self, weight, grad, state, lr, wd, momentum, clip_g):
+        """MXNet's LBSGD.update takes any tuple state for (momentum or None, float32
+        master copy): mp_sgd_mom_update / mp_sgd_update (dense kernels: sparse arrays take
+        the storage fallback).  Its own multi-precision states never come here (they are
+        the base class's (master copy, momentum), whose update gets the momentum alone),
+        but states loaded from another optimizer may."""
+        mom, weight32 = state[0], state[1]
+        _op_args(('mom', mom), ('weight32', weight32))
+        if weight32 is None:   # the operator function leaves None out
+            name, expected = ('mp_sgd_mom_update', 4) if mom is not None else \
+                ('mp_sgd_update', 3)
+            raise MXNetError('Check failed: num_inputs == infered_num_inputs (%d vs. %d) : '
+                             'Operator %s expects %d inputs, but got %d instead.'
+                             % (expected - 1, expected, name, expected, expected - 1))
+        with _StandIns(weight, (mom, weight32), False) as (w, (st_mom, st_w32)):
+            _mp_sgd_update(w, grad, st_w32, st_mom, lr, wd, momentum, self.rescale_grad,
+                           clip_g)
 
 
 @register
