@@ -47,3 +47,50 @@ fn add_default_arguments(header: Vec<u8>) -> Vec<u8> {
     }
     text.into_bytes()
 }
+
+/// The shared library exports exactly the functions the header declares:
+/// nothing else of the library's (in particular not `__wrap_malloc`,
+/// `__wrap_free`, `__wrap_realloc`, which the linker's `--wrap` binds the
+/// library's own allocations to, see build.rs: exported, a program's or
+/// another library's `__wrap_malloc` could bind to them, or they to it).
+#[test]
+#[cfg(target_os = "linux")]
+fn shared_library_exports_exactly_the_header_functions() {
+    use std::collections::BTreeSet;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(root.join("include/mxkv/c_api.h")).expect("header");
+    let declared: BTreeSet<String> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("MXNET_DLL "))
+        .map(|l| {
+            let name = &l[..l.find('(').expect("a function declaration")];
+            name.rsplit([' ', '*'])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(declared.contains("MXKVStoreCreate"), "{declared:?}");
+    // this test's executable is <profile dir>/deps/header-<hash>; before it,
+    // cargo builds the library (all its crate types) into that deps folder
+    // (and copies it up to <profile dir> only for `cargo build`)
+    let exe = std::env::current_exe().expect("current_exe");
+    let lib = exe.parent().expect("the deps directory").join("libmxkv.so");
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils) runs");
+    assert!(out.status.success(), "nm {}: {out:?}", lib.display());
+    let exported: BTreeSet<String> = String::from_utf8(out.stdout)
+        .expect("nm writes UTF-8")
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    assert_eq!(
+        exported,
+        declared,
+        "{} exports other symbols than include/mxkv/c_api.h declares",
+        lib.display()
+    );
+}

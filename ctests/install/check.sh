@@ -45,6 +45,8 @@ for f in lib/libmxkv.so.0 lib/libmxkv.a; do
   ! readelf -S "$prefix/$f" | grep -q '\.debug_' || { echo "install-check: $f was installed with debug information"; exit 1; }
 done
 nm -D --defined-only "$prefix/lib/libmxkv.so.0" | grep -q ' T MXKVStoreCreate$' || { echo "install-check: MXKVStoreCreate is not exported"; exit 1; }
+# The allocator the library's own malloc/free/realloc calls are linked to (build.rs) is hidden.
+! nm -D --defined-only "$prefix/lib/libmxkv.so.0" | grep -q __wrap_ || { echo "install-check: __wrap_* is exported"; exit 1; }
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cflags=$(pkg-config --cflags libmxkv)

@@ -150,6 +150,23 @@ fn unmap(b: Block) {
     unsafe { libc::munmap(b.addr as *mut c_void, b.cap) };
 }
 
+// The three functions below are hidden in the shared library: the linker's
+// `--wrap` binds the library's own calls to them inside it (hidden symbols
+// resolve at link time like any other), and nothing outside sees them. If
+// they were exported (rustc lists every `#[no_mangle]` function in the
+// version script it gives the linker, which a second script cannot narrow),
+// a program or another library linked with `--wrap=malloc` could bind its
+// calls to ours, or ours to its. `.hidden` marks the symbol wherever it is
+// defined (the linker keeps the strictest visibility of all mentions).
+// tests/header.rs checks that the library exports only the header's
+// functions.
+#[cfg(target_os = "linux")]
+std::arch::global_asm!(
+    ".hidden __wrap_malloc",
+    ".hidden __wrap_free",
+    ".hidden __wrap_realloc"
+);
+
 /// `malloc` for the code linked into the shared library.
 ///
 /// # Safety
