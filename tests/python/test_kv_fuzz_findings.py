@@ -104,3 +104,69 @@ def test_load_optimizer_states_of_a_function_updater(both, tmp_path):
         assert type(want) is AttributeError, want
         assert type(got) is AttributeError, got
         assert str(got) == str(want)
+
+
+# priority goes through ctypes.c_int in MXNet: a str or None raises TypeError (mxkv took
+# int('1'); floats stay accepted, README deviation 23).
+@pytest.mark.parametrize('priority', ['1', None, b'2'])
+@pytest.mark.parametrize('op', ['push', 'pull', 'pushpull', 'broadcast', 'row_sparse_pull',
+                                'push_list'])
+def test_priority_that_is_not_a_number_raises_type_error(both, op, priority):
+    def call(mx):
+        kv = _store(mx)
+        v = mx.nd.ones((4,))
+        if op == 'push':
+            kv.push(3, v, priority=priority)
+        elif op == 'push_list':
+            kv.push([3, 3], [v, v], priority=priority)
+        elif op == 'pull':
+            kv.pull(3, out=v, priority=priority)
+        elif op == 'pushpull':
+            kv.pushpull(3, v, priority=priority)
+        elif op == 'broadcast':
+            kv.broadcast(8, v, out=mx.nd.zeros((4,)), priority=priority)
+        else:
+            kv.init(9, mx.nd.sparse.zeros('row_sparse', (4, 2)))
+            kv.row_sparse_pull(9, out=mx.nd.sparse.zeros('row_sparse', (4, 2)),
+                               row_ids=mx.nd.array([1]), priority=priority)
+    _same_class(both, call)
+
+
+# MXNet iterates a key's values and takes their len(): any sized iterable of NDArrays (a
+# set, a dict's keys) is a list of values there; an iterator (no len) raises TypeError.
+def _pushed(mx, values_of):
+    kv = _store(mx)
+    kv.init(4, mx.nd.zeros((4,)))
+    kv.push(*values_of(mx))
+    outs = [mx.nd.zeros((4,)), mx.nd.zeros((4,))]
+    kv.pull([3, 4], out=outs)
+    return [o.asnumpy().tolist() for o in outs]
+
+
+@pytest.mark.parametrize('case', ['set', 'dict', 'nested_dict'])
+def test_sized_iterables_of_ndarrays_are_values(both, case):
+    mxnet, mxkv = both
+
+    def values_of(mx):
+        a, b = mx.nd.ones((4,)) * 2, mx.nd.ones((4,)) * 5
+        if case == 'set':
+            return 3, {a, b}
+        if case == 'dict':
+            return 3, {a: 'x', b: 'y'}
+        return [3, 4], [{a: 1}, {b: 2}]
+    assert _pushed(mxnet, values_of) == _pushed(mxkv, values_of)
+
+
+@pytest.mark.parametrize('case', ['iterator', 'list_iterator', 'dict_of_keys'])
+def test_values_without_len_or_of_wrong_kind_raise_type_error(both, case):
+    def call(mx):
+        kv = _store(mx)
+        kv.init(4, mx.nd.zeros((4,)))
+        v = mx.nd.ones((4,))
+        if case == 'iterator':
+            kv.push(3, iter([v]))
+        elif case == 'list_iterator':
+            kv.push([3], iter([v]))
+        else:
+            kv.push([3, 4], {3: v, 4: v})   # zips the keys 3 and 4 as values
+    _same_class(both, call)

@@ -39,10 +39,15 @@ def _flatten(keys, vals, op):
     """
     if isinstance(keys, (tuple, list)):
         if not isinstance(vals, (tuple, list)):
-            # MXNet asserts len(keys) == len(vals): TypeError when vals has no len()
-            cls = MXKVUsageError if hasattr(vals, '__len__') else MXKVUsageTypeError
-            raise cls('KVStore.%s: keys %s is a list but the values are a %s'
-                      % (op, _key_repr(keys), type(vals).__name__))
+            # MXNet asserts len(keys) == len(vals) (TypeError when vals has no len()), then
+            # zips them; an NDArray would be cut into temporary rows whose handles are
+            # freed before the call (MXNet crashes or reads garbage): refused
+            if isinstance(vals, NDArray) or not (hasattr(vals, '__len__')
+                                                 and hasattr(vals, '__iter__')):
+                cls = MXKVUsageError if hasattr(vals, '__len__') else MXKVUsageTypeError
+                raise cls('KVStore.%s: keys %s is a list but the values are a %s'
+                          % (op, _key_repr(keys), type(vals).__name__))
+            vals = list(vals)
         if len(keys) != len(vals):
             raise MXKVUsageError('KVStore.%s: %d keys %s but %d values/outputs'
                                  % (op, len(keys), _key_repr(keys), len(vals)))
@@ -71,13 +76,14 @@ def _flatten(keys, vals, op):
                              % (op, keys, type(keys).__name__))
     if isinstance(vals, NDArray):
         vals = [vals]
-    elif isinstance(vals, (list, tuple)):
+    elif isinstance(vals, (list, tuple)) or (hasattr(vals, '__iter__')
+                                             and hasattr(vals, '__len__')):
+        # MXNet iterates any sized iterable (a set, a dict's keys) as a list of values
         vals = list(vals)
     else:
-        # MXNet iterates the value: TypeError when it is not iterable
-        cls = MXKVUsageError if hasattr(vals, '__iter__') else MXKVUsageTypeError
-        raise cls('KVStore.%s: value for key %r must be an NDArray or a list of NDArrays, '
-                  'not %s' % (op, keys, type(vals).__name__))
+        # MXNet iterates the value, then takes its len(): TypeError when it has neither
+        raise MXKVUsageTypeError('KVStore.%s: value for key %r must be an NDArray or a list '
+                                 'of NDArrays, not %s' % (op, keys, type(vals).__name__))
     for val in vals:
         if not isinstance(val, NDArray):
             raise MXKVUsageError('KVStore.%s: value for key %r must be an NDArray, not %s'

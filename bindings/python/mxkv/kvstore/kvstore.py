@@ -1,5 +1,6 @@
 """KVStore over libmxkv (the API of ``mxnet.kvstore.KVStore`` 1.9.1)."""
 import ctypes
+import numbers
 import os
 import sys
 import threading
@@ -12,7 +13,7 @@ from .._lib import UPDATER, STR_UPDATER, raw_function
 from ..ndarray import NDArray, _ndarray_cls
 from .. import optimizer as opt
 from .. import _optimizer_pickle
-from .base import _ctype_key_value, _ctype_dict, KVStoreBase
+from .base import _ctype_key_value, _ctype_dict, KVStoreBase, MXKVUsageTypeError
 
 __all__ = ['KVStore']
 
@@ -93,6 +94,16 @@ def _forget_dist_stores_in_child():
 
 if hasattr(os, 'register_at_fork'):
     os.register_at_fork(after_in_child=_forget_dist_stores_in_child)
+
+
+def _priority(priority, op):
+    """the priority as a C int: an int (MXNet's ctypes.c_int takes ints only; mxkv also
+    takes floats and numpy numbers, README deviation 23); a str or None raises TypeError
+    as in MXNet"""
+    if isinstance(priority, numbers.Real):
+        return int(priority)
+    raise MXKVUsageTypeError('KVStore.%s: priority must be an int, not %s'
+                             % (op, type(priority).__name__))
 
 
 def _keys_text(keys):
@@ -233,7 +244,8 @@ class KVStore(KVStoreBase):
         ckeys, cvals, use_str, flat = _ctype_key_value(key, value, 'push')
         hdl = self._h('push', flat)
         fn = _LIB.MXKVStorePushEx if use_str else _LIB.MXKVStorePush
-        self._check(fn(hdl, len(ckeys), ckeys, cvals, int(priority)), 'push', flat)
+        self._check(fn(hdl, len(ckeys), ckeys, cvals, _priority(priority, 'push')), 'push',
+                    flat)
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
         """Copy the stored values into `out` (one or several arrays per key)."""
@@ -254,7 +266,8 @@ class KVStore(KVStoreBase):
         ckeys, cvals, use_str, flat = _ctype_key_value(key, out, 'pull')
         hdl = self._h('pull', flat)
         fn = _LIB.MXKVStorePullWithSparseEx if use_str else _LIB.MXKVStorePullWithSparse
-        self._check(fn(hdl, len(ckeys), ckeys, cvals, int(priority), bool(ignore_sparse)),
+        self._check(fn(hdl, len(ckeys), ckeys, cvals, _priority(priority, 'pull'),
+                       bool(ignore_sparse)),
                     'pull', flat)
 
     def pushpull(self, key, value, out=None, priority=0):
@@ -282,7 +295,7 @@ class KVStore(KVStoreBase):
         hdl = self._h('pushpull', flat)
         fn = _LIB.MXKVStorePushPullEx if use_str else _LIB.MXKVStorePushPull
         self._check(fn(hdl, len(cvkeys), cvkeys, len(cokeys), cokeys, cvals, couts,
-                       int(priority)), 'pushpull', flat + oflat)
+                       _priority(priority, 'pushpull')), 'pushpull', flat + oflat)
 
     def broadcast(self, key, value, out, priority=0):
         """init `key` with `value`, then pull it into `out`."""
@@ -291,7 +304,7 @@ class KVStore(KVStoreBase):
         hdl = self._h('broadcast', flat)
         fn = _LIB.MXKVStoreBroadcastEx if use_str else _LIB.MXKVStoreBroadcast
         self._check(fn(hdl, len(cvkeys), cvkeys, len(cokeys), cokeys, cvals, couts,
-                       int(priority)), 'broadcast', flat + oflat)
+                       _priority(priority, 'broadcast')), 'broadcast', flat + oflat)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """Pull the rows `row_ids` of row_sparse values into row_sparse `out`."""
@@ -314,7 +327,8 @@ class KVStore(KVStoreBase):
                                  'the number of values (%s)' % _keys_text(flat))
         hdl = self._h('row_sparse_pull', flat)
         fn = _LIB.MXKVStorePullRowSparseEx if use_str else _LIB.MXKVStorePullRowSparse
-        self._check(fn(hdl, len(ckeys), ckeys, cvals, crow_ids, int(priority)),
+        self._check(fn(hdl, len(ckeys), ckeys, cvals, crow_ids,
+                       _priority(priority, 'row_sparse_pull')),
                     'row_sparse_pull', flat)
         if single_rowid:
             for out_i in out[1:]:
