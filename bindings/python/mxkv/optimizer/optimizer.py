@@ -128,6 +128,33 @@ def _op_positional(values):
                                  % str(value))
 
 
+# C++ names of dtypes in MXNet's TBlob type check messages
+_CTYPE_NAMES = {'float32': 'float', 'float64': 'double', 'float16': 'half',
+                'uint8': 'unsigned char', 'int8': 'signed char', 'int32': 'int',
+                'int64': 'long long', 'bool': 'bool'}
+
+
+def _check_store_sparse_write(weight, value):
+    """``weight[:] += value`` (or -=) of the optimizers computed with NDArray operations
+    (SGLD, Adamax, Nadam, DCASGD), for a row_sparse or csr weight a store keeps on
+    cpu_pinned, as MXNet 1.9.1 runs it: (weight + value).copyto(weight), where the sum is
+    on cpu(0) (MXNet's operations put their results there whatever the inputs' context),
+    so a dense sum is copied across contexts into sparse storage, which fails its data
+    type check for every dtype but float32 (the weight keeps its value; MXNet reports it
+    at the next wait, mxkv here).  A sparse `value` gives a sparse sum, which copies."""
+    if weight.stype == 'default' or value.stype != 'default' or \
+            weight.context.device_type != 'cpu_pinned':
+        return
+    name = np.dtype(value.dtype).name
+    if name != 'float32':
+        raise MXNetError('Check failed: mshadow::DataType<DType>::kFlag == type_flag_: '
+                         'TBlob.get_with_shape: data type do not match specified type.'
+                         'Expected: float v.s. given %s (MXNet 1.9.1 copies the dense %s '
+                         'result into the %s weight on cpu_pinned across contexts, which '
+                         'only float32 passes)' % (_CTYPE_NAMES.get(name, name), name,
+                                                   weight.stype))
+
+
 def _multi_sgd_args(weights, grads, states, multi_precision, use_momentum):
     """the arrays MXNet's SGD and LARS give their multi_(mp_)sgd(_mom)_update and
     preloaded_* operators, built as MXNet builds them (its TypeError / IndexError for
@@ -1611,7 +1638,9 @@ class Adamax(Optimizer):
         m_t[:] *= self.beta1
         m_t[:] += _sub(1., self.beta1) * grad
         u_t[:] = maximum(self.beta2 * u_t, nd_abs(grad))
-        weight[:] -= lr * m_t / u_t
+        step = lr * m_t / u_t
+        _check_store_sparse_write(weight, step)
+        weight[:] -= step
 
 
 @register
@@ -1654,7 +1683,9 @@ class Nadam(Optimizer):
         m_t_prime = m_t / (1. - m_schedule_next)
         v_t_prime = v_t / _sub(1., _pow(self.beta2, t))
         m_t_bar = (1. - momentum_t) * grad_prime + momentum_t_1 * m_t_prime
-        weight[:] -= lr * m_t_bar / (sqrt(v_t_prime) + self.epsilon)
+        step = lr * m_t_bar / (sqrt(v_t_prime) + self.epsilon)
+        _check_store_sparse_write(weight, step)
+        weight[:] -= step
 
 
 @register
@@ -1697,6 +1728,7 @@ class DCASGD(Optimizer):
             mom = -lr * (grad + wd * weight + self.lamda
                          * grad * grad * (weight - previous_weight))
         previous_weight[:] = weight
+        _check_store_sparse_write(weight, mom)
         weight[:] += mom
 
 
@@ -1721,12 +1753,26 @@ class SGLD(Optimizer):
         self._update_count(index)
         lr = self._get_lr(index)
         wd = self._get_wd(index)
-        grad = grad * self.rescale_grad
-        if self.clip_gradient is not None:
-            grad = clip(grad, -self.clip_gradient, self.clip_gradient)
-        weight[:] += - lr/2 * (grad + wd * weight)
-        weight[:] += normal(0, math.sqrt(lr), shape=weight.shape, dtype=weight.dtype,
-                            ctx=weight.context)
+        failed = None
+        try:
+            grad = grad * self.rescale_grad
+            if self.clip_gradient is not None:
+                grad = clip(grad, -self.clip_gradient, self.clip_gradient)
+            step = - lr/2 * (grad + wd * weight)
+            _check_store_sparse_write(weight, step)
+            weight[:] += step
+        except MXNetError as exc:
+            if isinstance(exc, MXKVUsageError):
+                raise
+            # an operator's failure (MXNet reports it at the next wait, mxkv now): the
+            # noise is drawn all the same, as MXNet's random operator does not wait on it
+            failed = exc
+        noise = normal(0, math.sqrt(lr), shape=weight.shape, dtype=weight.dtype,
+                       ctx=weight.context)
+        if failed is not None:
+            raise failed
+        _check_store_sparse_write(weight, noise)
+        weight[:] += noise
 
 
 @register
