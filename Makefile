@@ -158,7 +158,7 @@ pytest: venv-ref build
 VENV2 := build/venv-numpy2
 NUMPY2_TESTS := $(addprefix tests/python/,test_optimizer_ref_venv.py test_optimizer_libm.py \
         test_optimizer_pickle.py test_optimizer_pickle_numpy.py test_optimizer_pickle_shapes.py \
-        test_optimizer_states_mxnet.py)
+        test_optimizer_states_mxnet.py test_optimizer_fidelity.py)
 $(VENV2)/.base:
 	$(PYTHON) -m venv $(VENV2)
 	$(VENV2)/bin/python -m pip install -q numpy==2.4.6 pytest

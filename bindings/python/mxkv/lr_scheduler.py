@@ -1,8 +1,24 @@
 """Learning-rate schedules (the ``mxnet.lr_scheduler`` API).  Each computes the
-rate in Python floats with the same arithmetic as MXNet 1.9.1, so optimizers
-get bit-identical learning rates."""
+rate with the same arithmetic as MXNet 1.9.1, so optimizers get bit-identical
+learning rates: in Python floats, or, given numpy scalars (a base_lr of np.float32 ...),
+with numpy 1.x's promotion, which MXNet's Python runs on (a numpy scalar with a Python
+number computes in float64; numpy 2 would keep float32: NEP 50), whatever numpy is
+installed."""
+import functools
 import logging
+import operator
 from math import cos, pi
+
+from ._numerics import np1_scalar_op
+from .base import MXKVUsageError
+
+_add = functools.partial(np1_scalar_op, operator.add)
+_sub = functools.partial(np1_scalar_op, operator.sub)
+_mul = functools.partial(np1_scalar_op, operator.mul)
+_div = functools.partial(np1_scalar_op, operator.truediv)
+_pow = functools.partial(np1_scalar_op, operator.pow)
+_lt = functools.partial(np1_scalar_op, operator.lt)
+_gt = functools.partial(np1_scalar_op, operator.gt)
 
 __all__ = ['LRScheduler', 'FactorScheduler', 'MultiFactorScheduler', 'PolyScheduler',
            'CosineScheduler']
@@ -13,11 +29,11 @@ class LRScheduler(object):
     def __init__(self, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0, warmup_mode='linear'):
         self.base_lr = base_lr
         if not isinstance(warmup_steps, int):
-            raise ValueError('warmup_steps must be an int')
+            raise MXKVUsageError('warmup_steps must be an int')  # (MXNet: an assert)
         self.warmup_steps = warmup_steps
         self.warmup_final_lr = base_lr
         self.warmup_begin_lr = warmup_begin_lr
-        if self.warmup_begin_lr > self.warmup_final_lr:
+        if _gt(self.warmup_begin_lr, self.warmup_final_lr):
             raise ValueError('Base lr has to be higher than warmup_begin_lr')
         if self.warmup_steps < 0:
             raise ValueError('Warmup steps has to be positive or 0')
@@ -28,9 +44,9 @@ class LRScheduler(object):
     def get_warmup_lr(self, num_update):
         """rate during the warmup steps"""
         if self.warmup_mode == 'linear':
-            step = (self.warmup_final_lr - self.warmup_begin_lr) \
-                * float(num_update) / float(self.warmup_steps)
-            return self.warmup_begin_lr + step
+            step = _div(_mul(_sub(self.warmup_final_lr, self.warmup_begin_lr),
+                             float(num_update)), float(self.warmup_steps))
+            return _add(self.warmup_begin_lr, step)
         return self.warmup_begin_lr
 
     def __call__(self, num_update):
@@ -44,7 +60,7 @@ class FactorScheduler(LRScheduler):
         super(FactorScheduler, self).__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
         if step < 1:
             raise ValueError('Schedule step must be greater or equal than 1 round')
-        if factor > 1.0:
+        if _gt(factor, 1.0):
             raise ValueError('Factor must be no more than 1 to make lr reduce')
         self.step = step
         self.factor = factor
@@ -56,8 +72,8 @@ class FactorScheduler(LRScheduler):
             return self.get_warmup_lr(num_update)
         while num_update > self.count + self.step:
             self.count += self.step
-            self.base_lr *= self.factor
-            if self.base_lr < self.stop_factor_lr:
+            self.base_lr = _mul(self.base_lr, self.factor)
+            if _lt(self.base_lr, self.stop_factor_lr):
                 self.base_lr = self.stop_factor_lr
                 logging.info('Update[%d]: now learning rate arrived at %0.5e, will not '
                              'change in the future', num_update, self.base_lr)
@@ -74,13 +90,13 @@ class MultiFactorScheduler(LRScheduler):
         super(MultiFactorScheduler, self).__init__(base_lr, warmup_steps, warmup_begin_lr,
                                                    warmup_mode)
         if not (isinstance(step, list) and step):
-            raise ValueError('step must be a non-empty list')
+            raise MXKVUsageError('step must be a non-empty list')  # (MXNet: an assert)
         for i, one in enumerate(step):
             if i and step[i] <= step[i - 1]:
                 raise ValueError('Schedule step must be an increasing integer list')
             if one < 1:
                 raise ValueError('Schedule step must be greater or equal than 1 round')
-        if factor > 1.0:
+        if _gt(factor, 1.0):
             raise ValueError('Factor must be no more than 1 to make lr reduce')
         self.step = step
         self.cur_step_ind = 0
@@ -95,7 +111,7 @@ class MultiFactorScheduler(LRScheduler):
                 return self.base_lr
             self.count = self.step[self.cur_step_ind]
             self.cur_step_ind += 1
-            self.base_lr *= self.factor
+            self.base_lr = _mul(self.base_lr, self.factor)
             logging.info('Update[%d]: Change learning rate to %0.5e', num_update, self.base_lr)
         return self.base_lr
 
@@ -105,7 +121,9 @@ class PolyScheduler(LRScheduler):
     def __init__(self, max_update, base_lr=0.01, pwr=2, final_lr=0,
                  warmup_steps=0, warmup_begin_lr=0, warmup_mode='linear'):
         super(PolyScheduler, self).__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
-        if not isinstance(max_update, int) or max_update < 1:
+        if not isinstance(max_update, int):
+            raise MXKVUsageError('max_update must be an int')  # (MXNet: an assert)
+        if max_update < 1:
             raise ValueError('maximum number of updates must be strictly positive')
         self.power = pwr
         self.base_lr_orig = self.base_lr
@@ -118,8 +136,8 @@ class PolyScheduler(LRScheduler):
             return self.get_warmup_lr(num_update)
         if num_update <= self.max_update:
             frac = float(num_update - self.warmup_steps) / float(self.max_steps)
-            self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
-                pow(1 - frac, self.power)
+            self.base_lr = _add(self.final_lr, _mul(_sub(self.base_lr_orig, self.final_lr),
+                                                    _pow(1 - frac, self.power)))
         return self.base_lr
 
 
@@ -128,7 +146,9 @@ class CosineScheduler(LRScheduler):
     def __init__(self, max_update, base_lr=0.01, final_lr=0,
                  warmup_steps=0, warmup_begin_lr=0, warmup_mode='linear'):
         super(CosineScheduler, self).__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
-        if not isinstance(max_update, int) or max_update < 1:
+        if not isinstance(max_update, int):
+            raise MXKVUsageError('max_update must be an int')  # (MXNet: an assert)
+        if max_update < 1:
             raise ValueError('maximum number of updates must be strictly positive')
         self.base_lr_orig = base_lr
         self.max_update = max_update
@@ -139,6 +159,7 @@ class CosineScheduler(LRScheduler):
         if num_update < self.warmup_steps:
             return self.get_warmup_lr(num_update)
         if num_update <= self.max_update:
-            self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
-                (1 + cos(pi * (num_update - self.warmup_steps) / self.max_steps)) / 2
+            self.base_lr = _add(self.final_lr, _div(
+                _mul(_sub(self.base_lr_orig, self.final_lr),
+                     1 + cos(pi * (num_update - self.warmup_steps) / self.max_steps)), 2))
         return self.base_lr
