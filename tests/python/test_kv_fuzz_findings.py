@@ -170,3 +170,38 @@ def test_values_without_len_or_of_wrong_kind_raise_type_error(both, case):
         else:
             kv.push([3, 4], {3: v, 4: v})   # zips the keys 3 and 4 as values
     _same_class(both, call)
+
+
+# TestStore ('teststore'): MXNet's pushpull reads value[0].context first, also for a
+# single NDArray (a row_sparse one raises there), and writes back into every item of a
+# tuple of values (mxkv skipped the former and raised TypeError on the latter).
+def _teststore_pushpull(mx, case):
+    kv = mx.kv.create('teststore')
+    a, b = mx.nd.array([1.5, -2.0]), mx.nd.array([0.25, 4.0])
+    if case == 'row_sparse':
+        rsp = mx.nd.array([[1.0, 2.0], [0.0, 0.0]]).tostype('row_sparse')
+        kv.pushpull(3, rsp, out=mx.nd.sparse.zeros('row_sparse', (2, 2)))
+    elif case == 'row_sparse_no_out':
+        kv.pushpull(3, mx.nd.array([[1.0, 2.0], [0.0, 0.0]]).tostype('row_sparse'))
+    elif case == 'tuple':
+        kv.pushpull(3, (a, b))
+    elif case == 'tuple_out':
+        o = [mx.nd.zeros((2,)), mx.nd.zeros((2,))]
+        kv.pushpull(3, (a, b), out=o)
+        return [x.asnumpy().tolist() for x in o]
+    return [a.asnumpy().tolist(), b.asnumpy().tolist()]
+
+
+@pytest.mark.parametrize('case', ['row_sparse', 'row_sparse_no_out'])
+def test_teststore_pushpull_of_a_row_sparse_value(both, case):
+    mxnet, mxkv = both
+    want = _outcome(mxnet, lambda mx: _teststore_pushpull(mx, case))
+    got = _outcome(mxkv, lambda mx: _teststore_pushpull(mx, case))
+    assert want is not None and got is not None
+    assert isinstance(got, type(want)) and str(got) == str(want)
+
+
+@pytest.mark.parametrize('case', ['tuple', 'tuple_out'])
+def test_teststore_pushpull_of_a_tuple(both, case):
+    mxnet, mxkv = both
+    assert _teststore_pushpull(mxnet, case) == _teststore_pushpull(mxkv, case)

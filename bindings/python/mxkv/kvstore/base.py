@@ -206,17 +206,21 @@ class TestStore(KVStoreBase):
 
     def pushpull(self, key, value, out=None, priority=0):
         """Sum the values of a list (one NDArray alone is its own sum) into `out`, or into
-        every value when `out` is None; a single NDArray without `out` is left as it is."""
+        every value when `out` is None; a single NDArray without `out` is left as it is.
+
+        As MXNet's, it starts with ``value[0].context`` even for a single NDArray (so a
+        row_sparse one, or one of shape () or (0, ...), raises what indexing it raises), and
+        writes back into every item of a tuple or list of values."""
+        ctx = value[0].context
         if isinstance(value, NDArray):
-            total = value
-            targets = [] if out is None else out
+            if out is not None:
+                for dst in (out if isinstance(out, list) else [out]):
+                    dst[:] = value
         else:
-            ctx = value[0].context
             # sum() starts from 0, as MXNet's TestStore does: 0 + v turns -0.0 into 0.0
-            total = sum(val.as_in_context(ctx) for val in value)
-            targets = value if out is None else out
-        for dst in (targets if isinstance(targets, list) else [targets]):
-            dst[:] = total
+            total = sum([val.as_in_context(ctx) for val in value])
+            for dst in (value if out is None else out if isinstance(out, list) else [out]):
+                dst[:] = total
 
     @staticmethod
     def is_capable(capability):
