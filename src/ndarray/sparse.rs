@@ -692,6 +692,20 @@ pub fn copy_any(src: &NDArray, dst: &NDArray) -> Result<()> {
         }
         (StorageType::Csr, StorageType::Csr) => {
             let p = src.parts()?;
+            if p.aux[1].size() == 0 {
+                // MXNet's CopyFromToCsrImpl: a source with no column index
+                // stored (not storage_initialized) gives FillZerosCsrImpl's
+                // rows + 1 zero offsets, whatever its indptr (`[]` after
+                // e.g. abs of an all-zero csr).
+                let rows = src.shape().dims()[0] as usize;
+                let data = NDArray::zeros(Shape(vec![0]), dst.dtype(), dst.ctx())?;
+                let aux = vec![
+                    index_array(dst.ctx(), &vec![0; rows + 1])?,
+                    index_array(dst.ctx(), &[])?,
+                ];
+                dst.replace_parts(Parts { data, aux });
+                return Ok(());
+            }
             let all: Vec<usize> = (0..p.data.size()).collect();
             let data = gather_elements(&p.data, &all, dst.dtype(), dst.ctx())?;
             let aux = p
@@ -1477,6 +1491,26 @@ mod tests {
             bytemuck::cast_slice(v),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_csr_copy_of_no_values_has_rows_plus_one_zero_offsets() {
+        // MXNet's CopyFromToCsrImpl: a source with no column index stored
+        // is copied as FillZerosCsrImpl's zeros, also when its indptr is []
+        // (abs of an all-zero csr) or holds offsets
+        for indptr in [&[][..], &[0, 0, 0, 0], &[0, 0, 0, 0, 0, 0]] {
+            let src = csr(3, 4, 0, 0);
+            if !indptr.is_empty() {
+                src.set_part(0, &i64s(indptr)).ok();
+            }
+            let dst = csr(3, 4, 4, 2);
+            dst.copy_from(&src).unwrap();
+            let p = dst.parts().unwrap();
+            assert_eq!(p.aux[0].read().typed::<i64>(), &[0, 0, 0, 0], "{indptr:?}");
+            assert_eq!(p.aux[1].size(), 0);
+            assert_eq!(p.data.shape(), &Shape(vec![0]));
+            dst.check_format(true).unwrap();
+        }
     }
 
     #[test]

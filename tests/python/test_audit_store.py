@@ -213,6 +213,36 @@ def test_csr_valued_key(both, kind):
     assert_same_bits(csr_valued_key(mxnet, kind), csr_valued_key(mxkv, kind))
 
 
+def csr_key_of_no_values(mx, kind, make):
+    """A key initialised with a csr holding no values: MXNet's copy into the store
+    (CopyFromToCsrImpl: not storage_initialized, so FillZerosCsrImpl) holds rows + 1
+    zero offsets, also when the value's indptr is [] (abs of an all-zero csr); pulls
+    into csr outputs (also ones holding values) hand those out, dense outputs get
+    zeros.  Before, mxkv's store kept the indptr [] and pulled it out."""
+    kv = mx.kv.create(kind)
+    value = make(mx)
+    kv.init(0, value)
+    res = [value.indptr.asnumpy()]
+    for out in (mx.nd.sparse.zeros('csr', (3, 4)),
+                mx.nd.array([[0, 1, 0, 2]] * 3).tostype('csr'), mx.nd.ones((3, 4))):
+        kv.pull(0, out=out, ignore_sparse=False)
+        res.append(out.asnumpy())
+        if out.stype == 'csr':
+            res += [out.data.asnumpy(), out.indices.asnumpy(), out.indptr.asnumpy()]
+    return res
+
+
+@pytest.mark.parametrize('make', ['abs_zeros', 'zeros', 'times_zero'])
+@pytest.mark.parametrize('kind', ['local', 'device'])
+def test_csr_key_of_no_values(both, kind, make):
+    mxnet, mxkv = both
+    makers = {'abs_zeros': lambda mx: abs(mx.nd.sparse.zeros('csr', (3, 4))),  # indptr []
+              'zeros': lambda mx: mx.nd.sparse.zeros('csr', (3, 4)),
+              'times_zero': lambda mx: mx.nd.sparse.zeros('csr', (3, 4)) * 0}
+    assert_same_bits(csr_key_of_no_values(mxnet, kind, makers[make]),
+                     csr_key_of_no_values(mxkv, kind, makers[make]))
+
+
 CSR_A = [[0, 1.5, 0], [0, 0, 0], [2, 0, -3]]
 
 
