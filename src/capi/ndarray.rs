@@ -852,3 +852,100 @@ pub unsafe extern "C" fn MXKVKahanSumColumns(
         crate::ndarray::kahan::kahan_sum_columns(dtype, input, num_cols as usize, sums)
     })
 }
+
+/// libmxkv only (not in MXNet's C API): `cblas_sdot(n, x, 1, y, 1)` /
+/// `cblas_ddot` summed in the order of the OpenBLAS inside MXNet 1.9.1's pip
+/// wheel on this CPU, for frontends that reproduce MXNet's norm of a
+/// row_sparse or csr array (the dot of its stored values with themselves,
+/// then sqrt: `L2NormComputeSparseImpl`), whatever BLAS the frontend has.
+/// Which of the wheel's kernel tables runs, and which CPUs are covered:
+/// src/ndarray/blas_dot.rs (`OPENBLAS_CORETYPE` is honoured as OpenBLAS
+/// honours it).
+///
+/// `dtype`: 0 (float32) or 1 (float64); `x`, `y`: `n` elements each (native
+/// byte order, any alignment; they may be the same buffer); `threads`: the
+/// OpenMP thread count MXNet's OpenBLAS would see (`omp_get_max_threads()`
+/// in the engine's worker), which decides how a float64 dot of more than
+/// 10,000 elements is split (1: not at all; float32 dots and n <= 10,000
+/// never are); `out`: room for one element of `dtype`, where the dot is
+/// written. Returns 0, or -1 (`MXGetLastError`) for another dtype, a NULL
+/// pointer where elements are announced, `threads` < 1 or sizes beyond
+/// memory (then nothing is written).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVBlasDot(
+    dtype: c_int,
+    x: *const c_void,
+    y: *const c_void,
+    n: u64,
+    threads: c_int,
+    out: *mut c_void,
+) -> c_int {
+    api_call_light("MXKVBlasDot", || {
+        use crate::ndarray::blas_dot;
+        let dtype = DType::from_code(dtype)?;
+        if !matches!(dtype, DType::F32 | DType::F64) {
+            return Err(Error::new(format!(
+                "the BLAS dot is for float32 and float64 elements, not {}",
+                dtype.name()
+            )));
+        }
+        let threads = usize::try_from(threads)
+            .ok()
+            .filter(|&t| t >= 1)
+            .ok_or_else(|| Error::new(format!("threads is {threads}, not 1 or more")))?;
+        let size = dtype.size();
+        let bytes = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(size))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Error::new("n elements do not fit in memory"))?;
+        if out.is_null() {
+            return Err(Error::new("out (output pointer) is NULL"));
+        }
+        // SAFETY: `x` and `y` are NULL (refused when elements are announced)
+        // or valid for `bytes` bytes each, per the contract; only read.
+        let (xb, yb) = unsafe {
+            (
+                slice(x as *const u8, bytes, "x")?,
+                slice(y as *const u8, bytes, "y")?,
+            )
+        };
+        let kernel = blas_dot::mxnet_kernel();
+        if dtype == DType::F32 {
+            let (xv, yv) = (elements::<f32>(xb), elements::<f32>(yb));
+            let dot = blas_dot::sdot(&xv, &yv, kernel);
+            // SAFETY: non-NULL (checked) and writable for one float32 per
+            // the contract, any alignment.
+            unsafe { (out as *mut f32).write_unaligned(dot) };
+        } else {
+            let (xv, yv) = (elements::<f64>(xb), elements::<f64>(yb));
+            let dot = blas_dot::ddot(&xv, &yv, kernel, threads);
+            // SAFETY: as above, for one float64.
+            unsafe { (out as *mut f64).write_unaligned(dot) };
+        }
+        Ok(())
+    })
+}
+
+/// libmxkv only: the name (as MXNet's OpenBLAS `openblas_get_corename()`
+/// gives it) of the kernel table MXKVBlasDot reproduces in this process,
+/// e.g. "Zen" or "Haswell"; a static string. Returns 0, or -1 for a NULL
+/// `out`.
+#[no_mangle]
+pub unsafe extern "C" fn MXKVBlasCoreName(out: *mut *const c_char) -> c_int {
+    api_call_light("MXKVBlasCoreName", || {
+        let name = crate::ndarray::blas_dot::mxnet_core().c_name();
+        // SAFETY: `out` is checked for NULL by write_out and writable per
+        // the contract; the string is static.
+        unsafe { write_out(out, name.as_ptr(), "out") }
+    })
+}
+
+/// Elements of a native-endian byte buffer: borrowed when aligned, copied
+/// otherwise.
+fn elements<T: bytemuck::Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(v) => std::borrow::Cow::Borrowed(v),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}

@@ -3,6 +3,7 @@
 //! MXNet's NDArray handles share a chunk.
 #![forbid(unsafe_code)]
 
+pub mod blas_dot;
 pub mod dtype;
 pub mod kahan;
 pub mod kernels;

@@ -127,6 +127,10 @@ PROTOTYPES = {
     # --- libmxkv only, not MXNet's C API: MXNet's Kahan sums compiled (ndarray/_reduce.py)
     'MXKVKahanSumColumns': (_i32, [_i32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
                                    ctypes.c_void_p]),
+    # MXNet's OpenBLAS dot order compiled (ndarray/_blas.py)
+    'MXKVBlasDot': (_i32, [_i32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, _i32,
+                           ctypes.c_void_p]),
+    'MXKVBlasCoreName': (_i32, [_P(ctypes.c_char_p)]),
     # --- only in a real libmxnet.so (MXKV_LIBRARY_PATH validation runs): its _copyto
     # operator writes a row_sparse array of another size into an existing one
     'NNGetOpHandle': (_i32, [ctypes.c_char_p, _hp]),

@@ -939,17 +939,17 @@ def _mp_lamb_update_phases(weight, grad, mean, var, weight32, lr, wd, t, beta1, 
 
 def _sparse_norm(arr):
     """NDArray.norm() of a row_sparse or csr array (L2NormComputeSparseImpl): the BLAS dot
-    of its stored values with themselves (sdot / ddot), then sqrt.  numpy 1.23.5's dot calls
-    the same OpenBLAS kernel as MXNet's on the machines tested (float32); another BLAS may
-    order the sum otherwise: numpy 2.4's OpenBLAS 0.3.31 does for 32 values or more
-    (test_optimizer_ref_venv marks those cases xfail under numpy >= 1.24)."""
+    of its stored values with themselves (sdot / ddot), then sqrt.  The dot is summed in
+    the order of the OpenBLAS in MXNet 1.9.1's wheel on this CPU (ndarray/_blas.py:
+    libmxkv's MXKVBlasDot), not by numpy's BLAS, whose order depends on its version."""
     if arr.dtype == np.float16:
         raise MXNetError('Not implmented! (MXNet 1.9.1 has no float16 kernel for the norm '
                          'of a %s array: its dot engine refuses half_t)' % arr.stype)
+    from ..ndarray._blas import blas_dot
     with arr.data as data_nd:
         flat = np.ascontiguousarray(data_nd.asnumpy()).reshape(-1)
     with _errstate():
-        return np.sqrt(np.dot(flat, flat)) if flat.size else flat.dtype.type(0)
+        return np.sqrt(blas_dot(flat)) if flat.size else flat.dtype.type(0)
 
 
 def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilon,
