@@ -1244,8 +1244,20 @@ def _cast_into(src, dst):
         tmp.copyto(dst)
 
 
+class _KernelUpdates(Optimizer):
+    """An optimizer that runs MXNet's multi-precision kernels itself (SGD, LAMB, LARS):
+    update and update_multi_precision are its _update_impl, the latter with
+    multi_precision for float16 weights when asked (not the generic master-copy path)."""
+    def update(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self._update_impl(index, weight, grad, state,
+                          multi_precision=self._use_multi_precision(weight))
+
+
 @register
-class SGD(Optimizer):
+class SGD(_KernelUpdates):
     """SGD with momentum and weight decay::
 
         rescaled_grad = lr * (rescale_grad * clip(grad, clip_gradient) + wd * weight)
@@ -1296,13 +1308,6 @@ class SGD(Optimizer):
                 continue
             _sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad, clip_g,
                       self.lazy_update)
-
-    def update(self, index, weight, grad, state):
-        self._update_impl(index, weight, grad, state)
-
-    def update_multi_precision(self, index, weight, grad, state):
-        self._update_impl(index, weight, grad, state,
-                          multi_precision=self._use_multi_precision(weight))
 
 
 @register
@@ -1776,7 +1781,7 @@ class SGLD(Optimizer):
 
 
 @register
-class LAMB(Optimizer):
+class LAMB(_KernelUpdates):
     """LAMB (You et al., *Large Batch Optimization for Deep Learning*): Adam-style moments,
     the step scaled by ||weight|| / ||update|| per tensor (``lower_bound``/``upper_bound``
     clamp ||weight||).  MXNet's multi_lamb_update kernel, which its Updater uses for lists
@@ -1801,13 +1806,6 @@ class LAMB(Optimizer):
         dtype = weight.dtype
         return (zeros(weight.shape, weight.context, dtype=dtype, stype=stype),
                 zeros(weight.shape, weight.context, dtype=dtype, stype=stype))
-
-    def update(self, index, weight, grad, state):
-        self._update_impl(index, weight, grad, state)
-
-    def update_multi_precision(self, index, weight, grad, state):
-        self._update_impl(index, weight, grad, state,
-                          multi_precision=self._use_multi_precision(weight))
 
     def _update_impl(self, index, weight, grad, state, multi_precision=False):
         """state: (mean, var), or with multi_precision (float32 master copy, (mean,
@@ -1897,7 +1895,7 @@ class LAMB(Optimizer):
 
 
 @register
-class LARS(Optimizer):
+class LARS(_KernelUpdates):
     """LARS (You et al., *Large Batch Training of Convolutional Networks*): SGD with
     momentum whose learning rate is scaled per layer by
     ``eta * ||w|| / (||g|| + wd * ||w|| + eps)`` (not for names ending in gamma, beta or
@@ -2060,13 +2058,6 @@ class LARS(Optimizer):
                 continue
             _preloaded_multi_sgd(weight, grad, state if self.momentum > 0 else None,
                                  lr32, wd32, momentum, self.rescale_grad, clip_g)
-
-    def update(self, index, weight, grad, state):
-        self._update_impl(index, weight, grad, state)
-
-    def update_multi_precision(self, index, weight, grad, state):
-        self._update_impl(index, weight, grad, state,
-                          multi_precision=self._use_multi_precision(weight))
 
 
 @register
