@@ -13,7 +13,7 @@ its own way), or the same bits of every result.
    ('Argument mom must have NDArray type, but got (...)'), ValueError where MXNet's
    LAMB reaches its kernel (MXNetError), and it updated nothing where MXNet's LBSGD
    (whose update takes any tuple state for a multi-precision one) updates.
-2. The optimizers computed with NDArray operations (SGLD, Adamax, Nadam, DCASGD) on a
+2. The optimizers computed with NDArray operations (SGLD, Adamax, Nadam, DCASGD, Test) on a
    row_sparse weight of a store (whose values MXNet keeps on cpu_pinned) that is not
    float32: MXNet's results of operations are on cpu(0), and copying a dense one into the
    row_sparse weight on cpu_pinned fails its data type check (TBlob.get_with_shape:
@@ -219,11 +219,14 @@ STORE_CASES = [['store_step', name, kwargs, dtype, grad_stype, store]
                                     ('dcasgd', {}), ('sgd', {}), ('adam', {})]
                for dtype in ('float64', 'float16', 'float32')
                for grad_stype in ('row_sparse', 'default')
-               for store in ('local', 'device')]
+               for store in ('local', 'device')] + \
+    [['store_step', 'test', {}, dtype, 'default', store]   # (its `state[:] = weight` raises
+     for dtype in ('float64', 'float16')                   # a TypeError MXNet's store prints
+     for store in ('local', 'device')]                     # and mxkv raises: deviation)
 
 
 def test_ndarray_optimizers_on_row_sparse_weights_of_a_store_that_are_not_float32():
-    """SGLD, Adamax, Nadam, DCASGD (SGD and Adam for contrast: their update operators
+    """SGLD, Adamax, Nadam, DCASGD, Test (SGD and Adam for contrast: their update operators
     write the weight themselves) on float64 / float16 / float32 row_sparse keys"""
     ref = _run(REF_PYTHON, 'mxnet', STORE_CASES)
     got = _run(sys.executable, 'mxkv', STORE_CASES)

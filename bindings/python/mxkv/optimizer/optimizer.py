@@ -136,7 +136,7 @@ _CTYPE_NAMES = {'float32': 'float', 'float64': 'double', 'float16': 'half',
 
 def _check_store_sparse_write(weight, value):
     """``weight[:] += value`` (or -=) of the optimizers computed with NDArray operations
-    (SGLD, Adamax, Nadam, DCASGD), for a row_sparse or csr weight a store keeps on
+    (SGLD, Adamax, Nadam, DCASGD, Test), for a row_sparse or csr weight a store keeps on
     cpu_pinned, as MXNet 1.9.1 runs it: (weight + value).copyto(weight), where the sum is
     on cpu(0) (MXNet's operations put their results there whatever the inputs' context),
     so a dense sum is copied across contexts into sparse storage, which fails its data
@@ -2219,7 +2219,9 @@ class Test(Optimizer):
         return zeros(weight.shape, weight.context)
 
     def update(self, index, weight, grad, state):
-        weight[:] += grad * self.rescale_grad
+        step = grad * self.rescale_grad
+        _check_store_sparse_write(weight, step)
+        weight[:] += step
         state[:] = weight
 
 
