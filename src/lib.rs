@@ -13,6 +13,7 @@ pub mod error;
 pub mod factory;
 pub mod ndarray;
 pub mod psenv;
+pub mod random;
 pub mod registry;
 pub mod store;
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod boundary;
 mod env;
 mod kvstore;
 mod ndarray;
+mod random;
 pub mod zmq_frame;
 
 use std::os::raw::{c_char, c_int, c_void};

@@ -127,6 +127,9 @@ PROTOTYPES = {
     # --- libmxkv only, not MXNet's C API: MXNet's Kahan sums compiled (ndarray/_reduce.py)
     'MXKVKahanSumColumns': (_i32, [_i32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
                                    ctypes.c_void_p]),
+    # MXNet's CPU normal draws compiled, with the C library's log (ndarray/random.py)
+    'MXKVMTStandardNormal': (_i32, [_i32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                                    ctypes.c_uint64, ctypes.c_void_p]),
     # MXNet's OpenBLAS dot order compiled (ndarray/_blas.py)
     'MXKVBlasDot': (_i32, [_i32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, _i32,
                            ctypes.c_void_p]),

@@ -1,7 +1,8 @@
 """Random sampling (``mxnet.nd.random``): uniform, normal, randn, randint, seeded by
 ``mxkv.random.seed``.
 
-libmxkv has no operators: the samples are computed here (numpy) and copied into a new (or
+libmxkv has no operators: the samples are computed here (numpy; the normal draws by the
+library's MXKVMTStandardNormal, the same arithmetic compiled) and copied into a new (or
 the given ``out``) NDArray.  On CPU contexts they are MXNet 1.9.1's numbers, bit for bit:
 the same 1024 std::mt19937 engines seeded the same way, the same split of a draw over
 them, libstdc++'s distributions and the C library's log, MXNet's arithmetic with the
@@ -211,9 +212,43 @@ def _split(n):
 _ROUND = 1024  # outputs per engine drawn at once (bounds the memory for big draws)
 
 
-def _mt_draw(bank, kind, n, ftype):
+_NORMAL_KERNEL = []  # [libmxkv's MXKVMTStandardNormal, or None], once looked up
+
+
+def _normal_kernel():
+    """libmxkv's MXKVMTStandardNormal, or None (a real libmxnet.so has no such function)"""
+    if not _NORMAL_KERNEL:
+        from ..base import _LIB
+        missing = getattr(_LIB, '_mxkv_missing', None)
+        _NORMAL_KERNEL.append(None if missing is None or 'MXKVMTStandardNormal' in missing
+                              else _LIB.MXKVMTStandardNormal)
+    return _NORMAL_KERNEL[0]
+
+
+def _compiled_normals(bank, n, ftype):
+    """_mt_draw(bank, 'normal', n, ftype) drawn by the library (the same engines, split
+    and arithmetic, the C library's log), or None without the function"""
+    fn = _normal_kernel()
+    if fn is None:
+        return None
+    from ..base import check_call
+    key, pos = bank.key, bank.pos
+    assert key.flags.c_contiguous and key.dtype == _U32 and key.shape == (_NUM_STATES, _MT_N)
+    assert pos.flags.c_contiguous and pos.dtype == np.int64 and pos.shape == (_NUM_STATES,)
+    res = np.empty(n, dtype=ftype)
+    check_call(fn(0 if ftype == np.float32 else 1, key.ctypes.data, pos.ctypes.data,
+                  _NUM_STATES, n, res.ctypes.data))
+    return res
+
+
+def _mt_draw(bank, kind, n, ftype, compiled=True):
     """MXNet's n draws before the parameters are applied: canonical uniforms (FType),
-    standard normals (FType), or randint's int64 (w1 << 31) + w2"""
+    standard normals (FType), or randint's int64 (w1 << 31) + w2.  Normals come from
+    the library (MXKVMTStandardNormal) unless `compiled` is false or it lacks it."""
+    if kind == 'normal' and compiled and n > 0:
+        res = _compiled_normals(bank, n, ftype)
+        if res is not None:
+            return res
     res = np.empty(n, dtype=np.int64 if kind == 'randint' else ftype)
     if n <= 0:
         return res
