@@ -108,10 +108,9 @@ impl Core {
     /// (dynamic.c `force_coretype`: the first 24 core names, any case, then
     /// the wheel's aliases; an unknown name leaves Prescott, as there).
     pub fn forced(name: &str) -> Core {
-        let name = name.to_ascii_lowercase();
-        // strncasecmp(coretype, corename[i], 20)
-        let name = &name[..name.len().min(20)];
-        match name {
+        // strncasecmp(coretype, corename[i], 20): every name is shorter, so
+        // this is equality regardless of case
+        match name.to_ascii_lowercase().as_str() {
             "atom" | "nehalem" | "nano" => Core::Nehalem,
             "core2" | "penryn" | "dunnington" | "opteron" | "opteron_sse3" | "bobcat" => {
                 Core::Core2
@@ -856,5 +855,10 @@ mod tests {
         assert_eq!(Core::forced("cooperlake"), Core::Prescott);
         assert_eq!(Core::forced("atom"), Core::Nehalem);
         assert_eq!(Core::forced("Zen"), Core::Zen);
+        assert_eq!(Core::forced("zenith"), Core::Prescott);
+        assert_eq!(
+            Core::forced(&format!("a{}", "\u{e9}".repeat(10))),
+            Core::Prescott
+        );
     }
 }
