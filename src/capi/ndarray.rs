@@ -949,3 +949,36 @@ fn elements<T: bytemuck::Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
         Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
     }
 }
+
+/// libmxkv only (not in MXNet's C API): the storage types of `num` arrays
+/// at once, as `MXNDArrayGetStorageType` gives each (-1 undefined, 0
+/// dense, 1 row_sparse, 2 csr), for frontends that wrap many handles (the
+/// Python `nd.load` of thousands of arrays: one call instead of one per
+/// array). `handles`: `num` handles; `out_storage_types`: room for `num`
+/// ints. Returns 0, or -1 (`MXGetLastError`) for a NULL pointer where items
+/// are announced or a stale or foreign handle (then nothing is written).
+#[no_mangle]
+pub unsafe extern "C" fn MXKVNDArrayGetStorageTypes(
+    num: u32,
+    handles: *const NDArrayHandle,
+    out_storage_types: *mut c_int,
+) -> c_int {
+    api_call_light("MXKVNDArrayGetStorageTypes", || {
+        // SAFETY: NULL (refused when handles are announced) or valid for
+        // `num` handles, per the contract.
+        let arrays = unsafe { ndarrays(handles, num as usize, "handles")? };
+        let codes: Vec<c_int> = arrays.iter().map(|a| a.stype().code()).collect();
+        if codes.is_empty() {
+            return Ok(());
+        }
+        if out_storage_types.is_null() {
+            return Err(Error::new("out_storage_types is NULL"));
+        }
+        // SAFETY: non-NULL and writable for `num` ints, per the contract; the
+        // handles were only read before.
+        unsafe {
+            std::ptr::copy_nonoverlapping(codes.as_ptr(), out_storage_types, codes.len());
+        }
+        Ok(())
+    })
+}

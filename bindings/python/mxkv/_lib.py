@@ -130,6 +130,8 @@ PROTOTYPES = {
     # MXNet's CPU normal draws compiled, with the C library's log (ndarray/random.py)
     'MXKVMTStandardNormal': (_i32, [_i32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
                                     ctypes.c_uint64, ctypes.c_void_p]),
+    # every loaded array's storage type in one call (ndarray/utils.py)
+    'MXKVNDArrayGetStorageTypes': (_i32, [_u32, _P(ctypes.c_void_p), _P(ctypes.c_int)]),
     # MXNet's OpenBLAS dot order compiled (ndarray/_blas.py)
     'MXKVBlasDot': (_i32, [_i32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, _i32,
                            ctypes.c_void_p]),

@@ -79,9 +79,26 @@ def load_frombuffer(buf):
     return _loaded(out_size, handles, out_name_size, names)
 
 
+def _storage_types(handles, num):
+    """the storage types of `num` handles in one call (libmxkv's MXKVNDArrayGetStorageTypes),
+    or None (a real libmxnet.so has no such function: each array asks its own)"""
+    missing = getattr(_LIB, '_mxkv_missing', None)
+    if num == 0 or missing is None or 'MXKVNDArrayGetStorageTypes' in missing:
+        return None
+    codes = (ctypes.c_int * num)()
+    check_call(_LIB.MXKVNDArrayGetStorageTypes(num, handles, codes))
+    return codes[:]
+
+
 def _loaded(out_size, handles, out_name_size, names):
     """the arrays (and names) MXNDArrayLoad returned"""
-    arrays = [_ndarray_cls(NDArrayHandle(handles[i])) for i in range(out_size.value)]
+    num = out_size.value
+    stypes = _storage_types(handles, num)
+    if stypes is None:
+        arrays = [_ndarray_cls(NDArrayHandle(handles[i])) for i in range(num)]
+    else:
+        arrays = [_ndarray_cls(NDArrayHandle(h), stype=s)
+                  for h, s in zip(handles[:num], stypes)]
     if out_name_size.value == 0:
         return arrays
     if out_name_size.value != out_size.value:
