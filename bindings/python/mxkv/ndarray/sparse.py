@@ -349,6 +349,7 @@ class RowSparseNDArray(BaseSparseNDArray):
                 other._assign_parts(_dense._convert(data, self.dtype, other.dtype), idx)
                 return other
             if stype == 'default':
+                _check_cast_copy(self, other)
                 other._sync_copyfrom(_dense._convert(self._dense_numpy(), self.dtype,
                                                      other.dtype))
                 return other
@@ -389,8 +390,9 @@ class RowSparseNDArray(BaseSparseNDArray):
         elif isinstance(value, (np.ndarray, np.generic)):
             warnings.warn('Assigning non-NDArray object to RowSparseNDArray is not efficient',
                           RuntimeWarning)
-            _dense_to_rsp_into(np.broadcast_to(np.asarray(value, self._np_dtype), self.shape),
-                               self)
+            # MXNet's _array(value): a float32 array on the current context, copied in
+            with _dense.array(value) as tmp:
+                tmp.copyto(self)
         else:
             raise TypeError('type %s not supported' % str(type(value)))
 
@@ -778,6 +780,7 @@ class CSRNDArray(BaseSparseNDArray):
                 return _assign_csr(other, _dense._convert(data, self.dtype, other.dtype),
                                    indptr, indices)
             if other.stype == 'default':
+                _check_cast_copy(self, other)
                 other._sync_copyfrom(_dense._convert(self._dense_numpy(), self.dtype,
                                                      other.dtype))
                 return other
@@ -917,16 +920,47 @@ def _dense_tostype_rsp(arr):
     return _from_parts(raw[rows], rows, arr.shape, arr.context, arr.dtype)
 
 
+def _check_cast_copy(src, dst):
+    """MXNet 1.9.1's CopyFromToImpl between storage types (dense -> row_sparse/csr,
+    row_sparse/csr -> dense): on one context it casts the storage straight into the
+    destination (cast_storage: the source's dtype must be the destination's); across
+    contexts into a temporary of the destination's storage type and the default dtype,
+    float32, which it then copies over, converting it to the destination's dtype.  Both
+    casts check their data type (TBlob.get_with_shape) and fail, in MXNet at the next
+    wait or read, leaving the destination as it was (another context) or partly
+    overwritten (same context).  mxkv raises here and writes nothing."""
+    if _prod(src.shape) == 0:  # (MXNet skips copies of no elements)
+        return
+    sname = 'bfloat16' if src.dtype is _dense.bfloat16 else np.dtype(src._np_dtype).name
+    dname = 'bfloat16' if dst.dtype is _dense.bfloat16 else np.dtype(dst._np_dtype).name
+    if src.context == dst.context:
+        if sname != dname:
+            raise MXNetError(
+                'copyto from a %s %s array into a %s %s array on the same context (%s), a '
+                'dtype change: MXNet 1.9.1 casts the storage into the destination and fails its data '
+                'type check (TBlob.get_with_shape: data type do not match), leaving the '
+                'destination corrupt; convert the source first (astype)'
+                % (src.stype, sname, dst.stype, dname, src.context))
+    elif sname != 'float32':
+        raise MXNetError(
+            'copyto from a %s %s array on %s into a %s array on %s: MXNet 1.9.1 casts the '
+            'storage into a float32 temporary on the source\'s context first and fails its '
+            'data type check (TBlob.get_with_shape: Expected: float v.s. given %s) for any '
+            'source dtype but float32; convert the source first (astype)'
+            % (src.stype, sname, src.context, dst.stype, dst.context, sname))
+
+
 def _dense_copyto_rsp(src, dst):
-    """dense NDArray -> existing RowSparseNDArray (shape checked, dtype converted)."""
+    """dense NDArray -> existing RowSparseNDArray (shape checked; the dtype converted
+    only where MXNet converts it, from float32 across contexts)."""
     if dst.shape != src.shape:
         raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
                          % (src.shape, dst.shape))
     _no_bool_cast(src.dtype)
+    _check_cast_copy(src, dst)
     raw = _dense_raw(src)
     # the rows the source stores as row_sparse (MXNet casts the storage first), then
-    # the values converted as copyto converts them (MXNet 1.9.1 fails on a dtype change
-    # there, asynchronously); a bfloat16 side was taken as raw bits
+    # the values converted as copyto converts them
     rows = _nonzero_rows(_stored_values(raw, src.dtype))
     return _dense_to_rsp_into(_dense._convert(raw, src.dtype, dst.dtype), dst, rows)
 
@@ -966,19 +1000,16 @@ def _assign_csr(dst, data, indptr, indices):
 
 def _dense_copyto_csr(src, dst):
     """dense NDArray -> existing CSRNDArray (MXNet's copyto: cast_storage of the source,
-    then a copy into dst).  A dtype change is refused: MXNet 1.9.1 fails there (a data
-    type check, then it crashes at a later read of the destination)."""
+    then a copy into dst).  The dtype changes only where MXNet converts it, from float32
+    across contexts: the entries the float32 source stores, their values converted (a
+    0.5 stored as an int 0 stays stored)."""
     if dst.shape != src.shape:
         raise MXNetError('copyto: shape mismatch, source %s vs destination %s'
                          % (src.shape, dst.shape))
-    if dtype_np_to_mx(src.dtype) != dtype_np_to_mx(dst.dtype):
-        raise MXNetError('copyto from a dense %s array into a csr %s array: MXNet 1.9.1 '
-                         'fails on a dtype change there (TBlob.get_with_shape: data type do '
-                         'not match)' % (np.dtype(src._np_dtype).name,
-                                         np.dtype(dst._np_dtype).name))
     _no_bool_cast(src.dtype)
+    _check_cast_copy(src, dst)
     data, indptr, indices = _dense_csr_parts(_dense_raw(src), src.dtype)
-    return _assign_csr(dst, data, indptr, indices)
+    return _assign_csr(dst, _dense._convert(data, src.dtype, dst.dtype), indptr, indices)
 
 
 def _csr_dense_add_sub(csr, dns, subtract, csr_first, out=None):
