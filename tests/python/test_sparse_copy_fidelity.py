@@ -19,6 +19,12 @@ library, compared exactly.
    into a sparse one) is such a copy from the key's value, which lives on cpu_pinned(0):
    into an output on another context it fails for keys that are not float32 (mxkv
    pulled them), into one on cpu_pinned(0) on a dtype change.
+3. Aggregated optimizer updates (SGD's multi_(mp_)sgd(_mom)_update, LAMB's
+   multi_(mp_)lamb_update, LARS's preloaded_multi_* after multi_sum_sq), given a list of
+   weights by an Updater: MXNet's fused operator infers the shapes and dtypes of all its
+   arrays and fails before writing any; mxkv updated the weights one at a time, so a
+   gradient or state of another shape or dtype on a later weight left the earlier ones
+   (and their states) updated, with a ValueError for shapes.
 """
 import json
 import os
@@ -257,3 +263,20 @@ def test_pulls_that_change_the_storage_type_fail_and_convert_as_mxnet():
              for octx in ('c', 'p', 'c1')
              if not (ost == 'csr' and octx == 'p' and kdt != odt)]
     _compare(cases, lambda case: case[6] == 'p')
+
+
+FUSED = [('sgd', {}), ('sgd', {'momentum': 0.9}), ('lamb', {}), ('lars', {}),
+         ('lars', {'momentum': 0.9})]
+
+
+def test_a_fused_optimizer_update_that_fails_writes_nothing():
+    """3 weights, one operator (aggregation 4): nothing written; 5 weights in chunks of 2:
+    the chunks before the failing one are written, as in MXNet"""
+    for size, nweights in (('4', 3), ('2', 5)):
+        cases = [['fused_update', name, kwargs, mp, bad, nweights]
+                 for name, kwargs in FUSED for mp in (False, True)
+                 for bad in ('grad_shape', 'grad_dtype', 'state_shape', None)
+                 if not (bad == 'state_shape' and name != 'lamb' and
+                         not (mp or kwargs.get('momentum')))]
+        _compare(cases, lambda case: False, {'MXNET_OPTIMIZER_AGGREGATION_SIZE': size},
+                 failed_as_mxnet=True)

@@ -170,6 +170,62 @@ def _multi_sgd_args(weights, grads, states, multi_precision, use_momentum):
     _op_positional(args)
 
 
+def _check_fused_attrs(groups, uniform_groups=()):
+    """The shape and type inference of one of MXNet's fused multi-tensor operators
+    (multi_sgd_*, preloaded_multi_sgd_*, multi_lamb_update and their mp_ forms), which
+    fails before the operator writes any of its arrays; mxkv updates one weight at a
+    time, so it checks them all first.  `groups`: per weight, its operator inputs in
+    order, each (array, dtype it must have: None for the weight's); every input of a
+    weight has the weight's shape.  `uniform_groups`: lists of arrays of one
+    multi_sum_sq (LARS's norms), which requires one dtype."""
+    if groups is None:   # (states of another layout: the operator's own checks fail)
+        return
+    for arrays in uniform_groups:
+        for i, arr in enumerate(arrays):
+            if np.dtype(arr.dtype) != np.dtype(arrays[0].dtype):
+                raise MXNetError("Check failed: (*in_type)[i] == dtype : This layer requires "
+                                 "uniform type. Expected '%s' v.s. given '%s' at 'array_%d'"
+                                 % (np.dtype(arrays[0].dtype).name,
+                                    np.dtype(arr.dtype).name, i))
+    flat = [(k, arr, dtype) for k, arrays in enumerate(groups) for arr, dtype in arrays]
+    for pos, (k, arr, _) in enumerate(flat):      # shapes first, as MXNet infers them
+        weight = groups[k][0][0]
+        if tuple(arr.shape) != tuple(weight.shape):
+            raise MXNetError('Check failed: assign(&dattr, vec.at(i)): Incompatible attr in '
+                             'node  at %d-th input: expected [%s], got [%s] (fused update '
+                             'of %d weights: nothing written)'
+                             % (pos, ','.join(map(str, weight.shape)),
+                                ','.join(map(str, arr.shape)), len(groups)))
+    for pos, (k, arr, dtype) in enumerate(flat):
+        want = np.dtype(groups[k][0][0].dtype if dtype is None else dtype)
+        if np.dtype(arr.dtype) != want:
+            raise MXNetError('Check failed: assign(&dattr, vec.at(i)): Incompatible attr in '
+                             'node  at %d-th input: expected %s, got %s (fused update of %d '
+                             'weights: nothing written)'
+                             % (pos, want.name, np.dtype(arr.dtype).name, len(groups)))
+
+
+def _sgd_fused_groups(weights, grads, states, multi_precision, use_momentum):
+    """the inputs of each weight of multi_(mp_)sgd(_mom)_update, for _check_fused_attrs
+    (None for states of another layout, which the operator refuses by their number)"""
+    groups = []
+    for weight, grad, state in zip(weights, grads, states):
+        arrays = [(weight, None), (grad, None)]
+        if multi_precision:
+            if not (isinstance(state, (tuple, list)) and len(state) == 2 and
+                    all(isinstance(x, NDArray) for x in state[int(not use_momentum):])):
+                return None
+            if use_momentum:
+                arrays.append((state[0], np.float32))
+            arrays.append((state[1], np.float32))
+        elif use_momentum:
+            if not isinstance(state, NDArray):
+                return None
+            arrays.append((state, None))
+        groups.append(arrays)
+    return groups
+
+
 # --- row_sparse gradients for dense weights -----------------------------------------
 # MXNet's update operators take a row_sparse gradient three ways: sgd_update,
 # sgd_mom_update and adam_update have row_sparse kernels, "lazy" (only the gradient's
@@ -1297,6 +1353,8 @@ class SGD(_KernelUpdates):
         clip_g = self._clip_param()
         if aggregate:   # one multi_* operator for all: checked before any update
             _multi_sgd_args(weights, grads, states, multi_precision, self.momentum > 0)
+            _check_fused_attrs(_sgd_fused_groups(weights, grads, states, multi_precision,
+                                                 self.momentum > 0))
         for weight, grad, state, lr, wd in zip(weights, grads, states, lrs, wds):
             if multi_precision:   # state: (float32 momentum or None, float32 master copy)
                 _mp_sgd_step(weight, grad, state, lr, wd, momentum, self.rescale_grad,
@@ -1883,6 +1941,12 @@ class LAMB(_KernelUpdates):
                                                       'mp_' if multi_precision else '',
                                                       len(columns) * (eidx - sidx),
                                                       len(args)))
+            mp32 = np.float32 if multi_precision else None
+            _check_fused_attrs([[(w_i, None), (g_i, None), (mean, mp32), (var, mp32)]
+                                + ([(w32, np.float32)] if multi_precision else [])
+                                for w_i, g_i, mean, var, w32 in zip(
+                                    weight[sidx:eidx], grad[sidx:eidx], means, variances,
+                                    weights32)])
             for k, (w_i, g_i, mean, var, weight32) in enumerate(zip(
                     weight[sidx:eidx], grad[sidx:eidx], means, variances, weights32)):
                 step, lr, wd = steps[sidx + k], lrs[sidx + k], wds[sidx + k]
@@ -2006,10 +2070,19 @@ class LARS(_KernelUpdates):
                 if (self.momentum_correction and self.last_lr != 0) else self.momentum
         clip_g = self._clip_param()
         if aggregate:
+            # multi_sum_sq of the LARS weights and of their gradients (each one dtype),
+            # then one preloaded_multi_* operator per chunk, each checked before it writes
+            lars_pos = [p for p, i in enumerate(indices) if not self._no_lars(i)]
+            if lars_pos:
+                _check_fused_attrs([], ([weights[p] for p in lars_pos],
+                                        [grads[p] for p in lars_pos]))
             for chunk in self._aggregated_chunks(indices):
                 _multi_sgd_args([weights[p] for p in chunk], [grads[p] for p in chunk],
                                 [states[p] for p in chunk], multi_precision,
                                 self.momentum > 0)
+                _check_fused_attrs(_sgd_fused_groups(
+                    [weights[p] for p in chunk], [grads[p] for p in chunk],
+                    [states[p] for p in chunk], multi_precision, self.momentum > 0))
                 if not chunk:
                     raise MXNetError(
                         'Check failed: dim_size_is_known(*it): Shape dim size cannot be a '
