@@ -4,7 +4,7 @@
 //! `target/release` after `cargo build --release` finds the library at run
 //! time too (with `-Wl,-rpath,<that dir>`). The link is the only file written
 //! outside OUT_DIR. It also links the library's own `malloc`/`free`/`realloc`
-//! calls to `src/capi/bigalloc.rs`, and compiles `csrc/callbacks.cc` (the
+//! calls to `src/capi/bigalloc.rs` (in the shared library only), and compiles `csrc/callbacks.cc` (the
 //! try/catch the C API calls user callbacks through, `src/capi/kvstore.rs`).
 use std::path::PathBuf;
 
@@ -33,6 +33,14 @@ fn main() {
     // functions) bind inside it, never to a program's functions of the same
     // names.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--wrap=malloc,--wrap=free,--wrap=realloc");
+    // The `__wrap_*` those calls now name are bigalloc.rs's functions, under
+    // these names in the shared library only (the static library keeps no
+    // `__wrap_*`, which would clash with a program's own --wrap); hidden
+    // there, as rustc's version script makes every name it does not list.
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--defsym=__wrap_malloc=mxkv_bigalloc_malloc,\
+         --defsym=__wrap_free=mxkv_bigalloc_free,--defsym=__wrap_realloc=mxkv_bigalloc_realloc"
+    );
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     // OUT_DIR is <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out, and the
     // library lands in <target>/[<triple>/]<profile>.

@@ -1,7 +1,10 @@
 //! The allocator behind every `malloc`, `free` and `realloc` made from inside
 //! `libmxkv.so`: ours, Rust's standard library's and libzmq's (the shared
-//! library is linked with `--wrap=malloc,--wrap=free,--wrap=realloc` and
-//! `-Bsymbolic-functions`, see build.rs, so those calls come here and a
+//! library is linked with `--wrap=malloc,--wrap=free,--wrap=realloc`, with
+//! `__wrap_malloc`, `__wrap_free` and `__wrap_realloc` defined there as
+//! hidden aliases of [`mxkv_bigalloc_malloc`], [`mxkv_bigalloc_free`] and
+//! [`mxkv_bigalloc_realloc`], and `-Bsymbolic-functions`, see build.rs, so
+//! those calls come here and a
 //! program defining functions of the same names does not take them over).
 //! Nothing outside the library comes here: the process's own allocator and
 //! its settings are left as they are.
@@ -18,7 +21,9 @@
 //! use after free of it from ASan and valgrind.
 //!
 //! Only the shared library's own calls are redirected: a program that links
-//! `libmxkv.a` statically keeps its `malloc`, and these functions go unused.
+//! `libmxkv.a` statically keeps its `malloc` (and its own `--wrap=malloc`, if
+//! it has one: the archive defines no `__wrap_*`), and these functions go
+//! unused.
 
 use crate::blockcache::{Block, BlockCache, ROUNDING};
 use std::os::raw::c_void;
@@ -150,21 +155,25 @@ fn unmap(b: Block) {
     unsafe { libc::munmap(b.addr as *mut c_void, b.cap) };
 }
 
-// The three functions below are hidden in the shared library: the linker's
-// `--wrap` binds the library's own calls to them inside it (hidden symbols
-// resolve at link time like any other), and nothing outside sees them. If
-// they were exported (rustc lists every `#[no_mangle]` function in the
-// version script it gives the linker, which a second script cannot narrow),
-// a program or another library linked with `--wrap=malloc` could bind its
-// calls to ours, or ours to its. `.hidden` marks the symbol wherever it is
-// defined (the linker keeps the strictest visibility of all mentions).
-// tests/header.rs checks that the library exports only the header's
-// functions.
+// The three functions below are the shared library's `__wrap_malloc`,
+// `__wrap_free` and `__wrap_realloc`: build.rs defines those names as
+// aliases of these at the cdylib's link only (`--defsym`), so the static
+// library has no `__wrap_*` of its own (a program linking `libmxkv.a` with
+// its own `--wrap=malloc` keeps its `__wrap_malloc`). They are hidden, and
+// so are the aliases (rustc's version script makes every name it does not
+// list local): the linker's `--wrap` binds the library's own calls to them
+// inside it, and nothing outside sees them. Exported, a program or another
+// library linked with `--wrap=malloc` could bind its calls to ours, or ours
+// to its; rustc lists every `#[no_mangle]` function in its version script,
+// which a second script cannot narrow, so `.hidden` does it (the linker
+// keeps the strictest visibility of all mentions). tests/header.rs checks
+// that the shared library exports only the header's functions,
+// tests/python/test_bigalloc.py the static library.
 #[cfg(target_os = "linux")]
 std::arch::global_asm!(
-    ".hidden __wrap_malloc",
-    ".hidden __wrap_free",
-    ".hidden __wrap_realloc"
+    ".hidden mxkv_bigalloc_malloc",
+    ".hidden mxkv_bigalloc_free",
+    ".hidden mxkv_bigalloc_realloc"
 );
 
 /// `malloc` for the code linked into the shared library.
@@ -172,7 +181,7 @@ std::arch::global_asm!(
 /// # Safety
 /// As C's `malloc`.
 #[no_mangle]
-pub unsafe extern "C" fn __wrap_malloc(len: usize) -> *mut c_void {
+pub unsafe extern "C" fn mxkv_bigalloc_malloc(len: usize) -> *mut c_void {
     // with no store, nothing is kept: the process's malloc serves
     if len >= BIG && CACHE.keeping() {
         if let Some(p) = big_block(len) {
@@ -190,7 +199,7 @@ pub unsafe extern "C" fn __wrap_malloc(len: usize) -> *mut c_void {
 /// (or the process's, which is where ours send what is not theirs) and is
 /// freed once.
 #[no_mangle]
-pub unsafe extern "C" fn __wrap_free(p: *mut c_void) {
+pub unsafe extern "C" fn mxkv_bigalloc_free(p: *mut c_void) {
     if p.is_null() || (p as usize % MIN_PAGE == 0 && CACHE.free(p as usize, &mut unmap)) {
         return;
     }
@@ -201,9 +210,9 @@ pub unsafe extern "C" fn __wrap_free(p: *mut c_void) {
 /// `realloc` for the code linked into the shared library.
 ///
 /// # Safety
-/// As C's `realloc`, with `p` as for [`__wrap_free`].
+/// As C's `realloc`, with `p` as for [`mxkv_bigalloc_free`].
 #[no_mangle]
-pub unsafe extern "C" fn __wrap_realloc(p: *mut c_void, len: usize) -> *mut c_void {
+pub unsafe extern "C" fn mxkv_bigalloc_realloc(p: *mut c_void, len: usize) -> *mut c_void {
     let cap = if p.is_null() || p as usize % MIN_PAGE != 0 {
         None
     } else {
@@ -217,7 +226,7 @@ pub unsafe extern "C" fn __wrap_realloc(p: *mut c_void, len: usize) -> *mut c_vo
         return p;
     }
     // SAFETY: as C's malloc.
-    let q = unsafe { __wrap_malloc(len) };
+    let q = unsafe { mxkv_bigalloc_malloc(len) };
     if q.is_null() {
         return q; // C's realloc: the old block stays valid
     }
@@ -225,7 +234,7 @@ pub unsafe extern "C" fn __wrap_realloc(p: *mut c_void, len: usize) -> *mut c_vo
     // of `len` bytes; they do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, cap.min(len)) };
     // SAFETY: `p` is ours and its holder gives it up here, as realloc does.
-    unsafe { __wrap_free(p) };
+    unsafe { mxkv_bigalloc_free(p) };
     q
 }
 
@@ -261,34 +270,34 @@ mod tests {
         keep(true);
         // SAFETY: (test) each pointer is used within its length and freed once.
         unsafe {
-            let small = __wrap_malloc(100);
+            let small = mxkv_bigalloc_malloc(100);
             assert!(!small.is_null());
             std::ptr::write_bytes(small as *mut u8, 7, 100);
-            __wrap_free(small);
+            mxkv_bigalloc_free(small);
 
-            let a = __wrap_malloc(BIG + 48);
+            let a = mxkv_bigalloc_malloc(BIG + 48);
             assert_eq!(a as usize % ROUNDING, 0, "on a huge page boundary");
             std::ptr::write_bytes(a as *mut u8, 1, BIG + 48);
             let (_, mapped) = stats();
-            __wrap_free(a);
+            mxkv_bigalloc_free(a);
             assert!(stats().0 >= BIG + 48, "kept");
-            let b = __wrap_malloc(BIG + 48);
+            let b = mxkv_bigalloc_malloc(BIG + 48);
             assert_eq!(b, a, "the kept block serves the same size again");
             assert_eq!(*(b as *const u8).add(BIG), 1, "and is the same memory");
             assert_eq!(stats(), (0, mapped));
 
             // growing past the block moves it, keeping the contents
-            let c = __wrap_realloc(b, 2 * BIG);
+            let c = mxkv_bigalloc_realloc(b, 2 * BIG);
             assert_ne!(c, b);
             assert_eq!(*(c as *const u8).add(BIG + 47), 1);
             // shrinking below BIG goes to malloc, keeping what fits
-            let d = __wrap_realloc(c, 64);
+            let d = mxkv_bigalloc_realloc(c, 64);
             assert_eq!(*(d as *const u8).add(63), 1);
-            __wrap_free(d);
+            mxkv_bigalloc_free(d);
             // growing a malloc block stays with malloc
-            let e = __wrap_realloc(std::ptr::null_mut(), 10);
-            let e = __wrap_realloc(e, 20);
-            __wrap_free(e);
+            let e = mxkv_bigalloc_realloc(std::ptr::null_mut(), 10);
+            let e = mxkv_bigalloc_realloc(e, 20);
+            mxkv_bigalloc_free(e);
         }
         keep(false);
         assert_eq!(stats().0, 0);
@@ -301,23 +310,23 @@ mod tests {
         let n = BUDGET / BIG + 2;
         // SAFETY: (test) the blocks are freed once, never touched.
         unsafe {
-            let ps: Vec<_> = (0..n).map(|_| __wrap_malloc(BIG)).collect();
+            let ps: Vec<_> = (0..n).map(|_| mxkv_bigalloc_malloc(BIG)).collect();
             let (_, mapped) = stats();
             for p in ps {
-                __wrap_free(p);
+                mxkv_bigalloc_free(p);
             }
             assert!(stats().0 <= BUDGET);
             assert!(stats().1 < mapped, "some were unmapped");
             // with keeping off, what was kept goes, what is freed goes, and
             // big requests go to malloc
-            let a = __wrap_malloc(BIG);
+            let a = mxkv_bigalloc_malloc(BIG);
             keep(false);
             assert_eq!(stats(), (0, 1));
-            __wrap_free(a);
+            mxkv_bigalloc_free(a);
             assert_eq!(stats(), (0, 0));
-            let b = __wrap_malloc(BIG);
+            let b = mxkv_bigalloc_malloc(BIG);
             assert_eq!(stats(), (0, 0));
-            __wrap_free(b);
+            mxkv_bigalloc_free(b);
         }
         keep(false);
     }

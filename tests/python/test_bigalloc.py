@@ -50,3 +50,43 @@ def test_the_library_binds_its_allocator_calls_itself():
     relocs = subprocess.run(['readelf', '-rW', SO], check=True, stdout=subprocess.PIPE,
                             universal_newlines=True).stdout
     assert [line for line in relocs.splitlines() if '__wrap_' in line] == []
+
+
+WRAPPING_PROGRAM = r'''
+#include <stdio.h>
+#include <stdlib.h>
+void *__real_malloc(size_t);
+static int wrapped;
+void *__wrap_malloc(size_t n) { wrapped++; return __real_malloc(n); }
+int MXGetVersion(int *out);
+int main(void) {
+  int v = 0;
+  if (MXGetVersion(&v) != 0) return 2;
+  void *p = malloc(10);
+  free(p);
+  printf("%d %d\n", v, wrapped > 0);
+  return 0;
+}
+'''
+
+
+def test_a_program_with_its_own_wrap_links_the_static_library(tmp_path):
+    """libmxkv.a defines no __wrap_malloc/free/realloc: the shared library's allocator is
+    named so only at its link (build.rs), so a program linking libmxkv.a with its own
+    --wrap=malloc keeps its __wrap_malloc (before: 'multiple definition of __wrap_malloc')"""
+    archive = os.path.join(os.path.dirname(SO), 'libmxkv.a')
+    if not os.path.exists(archive) or not os.path.basename(SO).startswith('libmxkv'):
+        pytest.skip('no libmxkv.a beside %s' % SO)
+    if not shutil.which('gcc'):
+        pytest.fail('gcc is needed to link a program')
+    src = tmp_path / 'wrapping.c'
+    src.write_text(WRAPPING_PROGRAM)
+    exe = str(tmp_path / 'wrapping')
+    # the archive's own dependencies (mk/install.mk's PRIVATE_LIBS)
+    libs = '-lstdc++ -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc'.split()
+    link = subprocess.run(['gcc', str(src), '-o', exe, '-Wl,--wrap=malloc', archive] + libs,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=300)
+    assert link.returncode == 0, link.stdout
+    run = subprocess.run([exe], stdout=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.split() == ['10901', '1'], run
