@@ -111,6 +111,8 @@ class _Gen(object):
         if wrong:
             shape = r.choice([[7], shape + [1], [max(1, shape[0] - 1)] + shape[1:]])
         st = st or m['st']
+        if st == 'd' and m.get('csr_init') and m['st'] == 'd' and k not in self.inited:
+            st = 'c'
         desc = {'st': st, 'shape': shape, 'dt': dt or m['dt'], 'dev': r.choice([0, 0, 1, 2, 3]),
                 'b': r.choice([0.5, -1.25, 3.0, 0.1, 7.0, -0.3, 1e3, 2.0])}
         if st == 'r':
@@ -122,6 +124,8 @@ class _Gen(object):
         shape = list(m['shape'])
         if wrong:
             shape = r.choice([[7], shape + [1]])
+            if st == 'c':   # csr arrays of MXNet may be 3-d, mxkv's not (finding N3)
+                shape = [m['shape'][0] + 1, m['shape'][1]]
         return {'st': st or m['st'], 'shape': shape, 'dt': dt or m['dt'],
                 'dev': r.choice([0, 0, 1, 3]), 'out': True}
 
@@ -137,6 +141,17 @@ class _Gen(object):
             op['dev'] = 'init of a key that may be there'
         else:
             return None
+        for k in ks:
+            m = self.meta[k]
+            if m['st'] == 'd' and len(m['shape']) == 2 and r.random() < 0.15 \
+                    and m['dt'] in ('float32', 'float64', 'float16'):
+                m['csr_init'] = True
+                if m['dt'] != 'float32':
+                    op['dev'] = ('MXNet: a dense output of a non-float32 csr key fails '
+                                 'its float32 storage fallback (finding F1)')
+                if 'device' in self.kind:
+                    op['dev'] = ('MXNet device store: a csr key fails every pull after '
+                                 'the first multi-value push (finding F5)')
         if len(ks) == 1 and r.random() < 0.5:
             k = ks[0]
             if self.wild and r.random() < 0.1:
@@ -291,7 +306,7 @@ class _Gen(object):
             for _ in range(r.choice([1, 1, 2, 3])):
                 st = m['st']
                 if r.random() < 0.15:
-                    st = r.choice(['d', 'r'] if len(m['shape']) == 2 else ['d'])
+                    st = r.choice(['d', 'r', 'c'] if len(m['shape']) == 2 else ['d'])
                 dt = r.choice([None, None, None, 'float32', 'float64', 'float16', 'int32',
                                'uint8'])
                 if m['st'] == 'r' and dt and dt != m['dt'] and 'device' in self.kind:
@@ -389,8 +404,21 @@ class _Gen(object):
         r = self.rng
         name, kw = r.choice(OPTIMIZERS)
         self.updater = 'opt'
-        self.opt = (name, kw)
-        return {'op': 'set_optimizer', 'name': name, 'kw': kw}
+        op = {'op': 'set_optimizer', 'name': name, 'kw': kw}
+        if r.random() < 0.3:
+            # names for the keys (int keys through param_idx2name; str keys are names),
+            # some '_bias' (wd_mult 0), lr/wd multipliers, an lr scheduler
+            names = {}
+            for k in self.keys:
+                names[str(k)] = r.choice(['w', 'fc_bias', 'bn_gamma', 'x_weight'])
+            op['names'] = names
+            op['lr_mult'] = {n: r.choice([0.5, 2.0]) for n in set(names.values())
+                             if r.random() < 0.5}
+            op['wd_mult'] = {n: r.choice([0.0, 3.0]) for n in set(names.values())
+                             if r.random() < 0.5}
+            op['sched'] = r.choice([None, 'factor', 'multifactor', 'poly'])
+        self.opt = json.dumps(op, sort_keys=True)
+        return op
 
     def op_gc(self):
         r = self.rng
@@ -463,7 +491,11 @@ class _Gen(object):
         r = self.rng
         ops = []
         for _ in range(r.randint(1, 2)):
+            saved = self._state()
             op = self.op_init()
+            if op is not None and op.get('dev') and not self.wild:
+                self._restore(saved)
+                op = None
             if op:
                 ops.append(op)
         table = [(0.25, lambda: self.op_push('push')), (0.16, self.op_pull),
@@ -571,6 +603,29 @@ def _misuse(mx, kv, op, mk, outs):
     return None
 
 
+def _optimizer(mx, op, sc):
+    kw = dict(op['kw'])
+    names = op.get('names')
+    str_keys = any(isinstance(o.get('key'), str) for o in sc['ops'])
+    if names is not None and not str_keys:
+        kw['param_idx2name'] = {int(k): n for k, n in names.items()
+                                if k.lstrip('-').isdigit()}
+    sched = op.get('sched')
+    if sched == 'factor':
+        kw['lr_scheduler'] = mx.lr_scheduler.FactorScheduler(step=1, factor=0.5)
+    elif sched == 'multifactor':
+        kw['lr_scheduler'] = mx.lr_scheduler.MultiFactorScheduler(step=[1, 3], factor=0.3)
+    elif sched == 'poly':
+        kw['lr_scheduler'] = mx.lr_scheduler.PolyScheduler(max_update=5, base_lr=0.1, pwr=2)
+    o = mx.optimizer.create(op['name'], **kw)
+    if names is not None:
+        if op['lr_mult']:
+            o.set_lr_mult(dict(op['lr_mult']))
+        if op['wd_mult']:
+            o.set_wd_mult(dict(op['wd_mult']))
+    return o
+
+
 def _run(mx, sc, tmpdir, emit):
     import numpy as np
     log = []
@@ -579,14 +634,18 @@ def _run(mx, sc, tmpdir, emit):
         ctx = mx.cpu(d['dev'])
         shape = tuple(d['shape'])
         if d.get('out'):
-            if d['st'] == 'r':
-                return mx.nd.sparse.zeros('row_sparse', shape, ctx=ctx, dtype=d['dt'])
+            if d['st'] in ('r', 'c'):
+                return mx.nd.sparse.zeros('row_sparse' if d['st'] == 'r' else 'csr', shape,
+                                          ctx=ctx, dtype=d['dt'])
             return mx.nd.full(shape, -3, ctx=ctx, dtype=d['dt'])
         n = int(np.prod(shape))
         if d['dt'] in ('int32', 'int64', 'uint8'):
             base = np.arange(n) % 7 + abs(int(d['b'])) % 100
         else:
             base = np.arange(n) * 0.37 + d['b']
+        if d['st'] == 'c':
+            dense = base.reshape(shape) * (np.arange(n).reshape(shape) % 3 != 1)
+            return mx.nd.array(dense, ctx=ctx, dtype=d['dt']).tostype('csr')
         if d['st'] == 'r':
             rows = d['rows']
             cols = int(np.prod(shape[1:]))
@@ -610,6 +669,9 @@ def _run(mx, sc, tmpdir, emit):
         return mx.nd.array(x['ids'], ctx=mx.cpu(x['dev']), dtype=x['dt'])
 
     def show(a):
+        if a.stype == 'csr':
+            return ['c', str(a.dtype), list(a.shape), a.indptr.asnumpy().tobytes().hex(),
+                    a.indices.asnumpy().tobytes().hex(), a.data.asnumpy().tobytes().hex()]
         if a.stype == 'row_sparse':
             return ['r', str(a.dtype), list(a.shape), a.indices.asnumpy().tobytes().hex(),
                     a.data.asnumpy().tobytes().hex()]
@@ -681,7 +743,7 @@ def _run(mx, sc, tmpdir, emit):
             elif t == 'set_updater':
                 kv._set_updater(updaters[op['name']])  # pylint: disable=protected-access
             elif t == 'set_optimizer':
-                kv.set_optimizer(mx.optimizer.create(op['name'], **op['kw']))
+                kv.set_optimizer(_optimizer(mx, op, sc))
             elif t == 'gc':
                 kv.set_gradient_compression(op['params'])
             elif t == 'save':
@@ -751,8 +813,12 @@ def worker(module):
     logging.disable(logging.CRITICAL)
     if module == 'mxkv':
         sys.path.insert(0, BINDINGS)
+    # the results go to the original stdout; anything else printed (by Python or C) to
+    # stderr
+    out = os.fdopen(os.dup(1), 'w')
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     mx = __import__(module)
-    out = sys.stdout
     sys.unraisablehook = _unraisable
 
     def emit(obj):
@@ -815,6 +881,8 @@ def run_scenarios(module, scenarios, timeout=20.0, python=None):
             buf += chunk
             while '\n' in buf:
                 line, buf = buf.split('\n', 1)
+                if not line.startswith('{'):
+                    continue
                 obj = json.loads(line)
                 if 'start' in obj:
                     progressed = True
