@@ -479,6 +479,69 @@ MXNET_DLL int MXNDArrayFree(NDArrayHandle handle);
  */
 MXNET_DLL int MXKVKahanSumColumns(int dtype, const void *rows, uint64_t num_rows, uint64_t num_cols, void *out);
 
+/*
+ libmxkv only (not in MXNet's C API): `cblas_sdot(n, x, 1, y, 1)` /
+ `cblas_ddot` summed in the order of the OpenBLAS inside MXNet 1.9.1's pip
+ wheel on this CPU, for frontends that reproduce MXNet's norm of a
+ row_sparse or csr array (the dot of its stored values with themselves,
+ then sqrt: `L2NormComputeSparseImpl`), whatever BLAS the frontend has.
+ Which of the wheel's kernel tables runs, and which CPUs are covered:
+ src/ndarray/blas_dot.rs (`OPENBLAS_CORETYPE` is honoured as OpenBLAS
+ honours it).
+
+ `dtype`: 0 (float32) or 1 (float64); `x`, `y`: `n` elements each (native
+ byte order, any alignment; they may be the same buffer); `threads`: the
+ OpenMP thread count MXNet's OpenBLAS would see (`omp_get_max_threads()`
+ in the engine's worker), which decides how a float64 dot of more than
+ 10,000 elements is split (1: not at all; float32 dots and n <= 10,000
+ never are); `out`: room for one element of `dtype`, where the dot is
+ written. Returns 0, or -1 (`MXGetLastError`) for another dtype, a NULL
+ pointer where elements are announced, `threads` < 1 or sizes beyond
+ memory (then nothing is written).
+ */
+MXNET_DLL int MXKVBlasDot(int dtype, const void *x, const void *y, uint64_t n, int threads, void *out);
+
+/*
+ libmxkv only: the name (as MXNet's OpenBLAS `openblas_get_corename()`
+ gives it) of the kernel table MXKVBlasDot reproduces in this process,
+ e.g. "Zen" or "Haswell"; a static string. Returns 0, or -1 for a NULL
+ `out`.
+ */
+MXNET_DLL int MXKVBlasCoreName(const char **out);
+
+/*
+ libmxkv only (not in MXNet's C API): the storage types of `num` arrays
+ at once, as `MXNDArrayGetStorageType` gives each (-1 undefined, 0
+ dense, 1 row_sparse, 2 csr), for frontends that wrap many handles (the
+ Python `nd.load` of thousands of arrays: one call instead of one per
+ array). `handles`: `num` handles; `out_storage_types`: room for `num`
+ ints. Returns 0, or -1 (`MXGetLastError`) for a NULL pointer where items
+ are announced or a stale or foreign handle (then nothing is written).
+ */
+MXNET_DLL int MXKVNDArrayGetStorageTypes(uint32_t num, const NDArrayHandle *handles, int *out_storage_types);
+
+/*
+ libmxkv only (not in MXNet's C API): MXNet 1.9.1's next `num` CPU
+ standard normals, bit for bit, drawn as MXNet's sampling operators draw
+ them from its parallel random resource (a draw of `num` numbers is split
+ over the first `min(ceil(num / 64), num_engines)` engines, consecutive
+ chunks of `ceil(num / that)` outputs each, as MXNet's `LaunchRNG`; each
+ number from a fresh libstdc++ `normal_distribution`, whose logarithm is
+ the C library's `logf` / `log`). The caller keeps the engines' states:
+ `keys` holds `num_engines * 624` `std::mt19937` key words and
+ `positions` one position per engine in `0..=624` (624: the words are
+ twisted before the next output, as in a freshly seeded engine); the
+ engines used are moved on in place. MXNet's resource has 1024 engines.
+
+ `dtype`: 0 (float32: MXNet's float32 outputs) or 1 (float64: float64 and
+ float16 outputs draw in double); `out`: room for `num` elements of
+ `dtype`. The three buffers must not overlap. Returns 0, or -1
+ (`MXGetLastError`) for another dtype, a NULL pointer where items are
+ announced, sizes beyond memory, overlapping buffers or a position outside
+ `0..=624` (then nothing is written).
+ */
+MXNET_DLL int MXKVMTStandardNormal(int dtype, uint32_t *keys, int64_t *positions, uint64_t num_engines, uint64_t num, void *out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
