@@ -316,11 +316,11 @@ class _Gen(object):
                     op['dev'] = ('MXNet: a dense output of a non-float32 row_sparse key '
                                  'fails its float32 storage fallback (finding F1)')
             if m['st'] == 'd' and not op['ignore_sparse'] and any(
-                    x['st'] == 'r' for x in o) and any(
+                    x['st'] in ('r', 'c') for x in o) and any(
                     x['dt'] != 'float32' for x in o + [m]):
-                op['dev'] = ('MXNet: a pull of a dense key into row_sparse outputs, with '
-                             'the key or an output not float32, fails its float32 storage '
-                             'fallback (finding F2)')
+                op['dev'] = ('MXNet: a pull of a dense key into row_sparse or csr outputs, '
+                             'with the key or an output not float32, fails its float32 '
+                             'storage fallback, depending on the outputs (finding F2)')
             outs.append(o if len(o) > 1 or r.random() < 0.5 else o[0])
         if len(ks) == 1 and r.random() < 0.6:
             op['key'], op['out'] = ks[0], outs[0]
