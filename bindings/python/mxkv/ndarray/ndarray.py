@@ -164,6 +164,54 @@ def _need_64bit(name, shape):
 _HAS_SHAPE64 = 'MXNDArrayGetShapeEx64' not in _LIB._mxkv_missing
 
 
+def _op_context(ctx):
+    """the context of an operator's result given its first input's: MXNet 1.9.1's
+    imperative GetContext does not propagate cpu_pinned / cpu_shared, the operator runs
+    (and allocates its outputs) on the plain device of that id: cpu_pinned(k) -> cpu(k).
+    Copies (copy, copyto, as_in_context, astype) and views keep the context."""
+    if ctx.device_type in ('cpu_pinned', 'cpu_shared'):
+        return Context('cpu', ctx.device_id)
+    return ctx
+
+
+def _basic_view(key, shape):
+    """whether MXNet 1.9.1's basic indexing with `key` (ints, slices, None, Ellipsis)
+    gives a view (a contiguous flat slice: _basic_indexing_slice_is_contiguous) rather
+    than the result of its slice operator; advanced keys (arrays) never do"""
+    parts = key if isinstance(key, tuple) else (key,)
+    if any(not (k is None or k is Ellipsis or isinstance(k, (slice, numeric_types)))
+           or isinstance(k, (bool, np.bool_)) for k in parts):
+        return False
+    parts = [k for k in parts if k is not None]
+    if Ellipsis in parts:
+        at = parts.index(Ellipsis)
+        parts[at:at + 1] = [slice(None)] * (len(shape) - len(parts) + 1)
+    parts += [slice(None)] * (len(shape) - len(parts))
+    slc = []
+    for k, dim in zip(parts, shape):
+        if isinstance(k, slice):
+            slc.append(k)
+        else:
+            k = int(k) % dim if dim else 0
+            slc.append(slice(k, k + 1))
+    lens = [len(range(*k.indices(dim))) for k, dim in zip(slc, shape)]
+    if int(np.prod(lens)) in (0, 1):
+        return True
+    subset = False
+    for k, dim, num in zip(reversed(slc), reversed(shape), reversed(lens)):
+        step = k.indices(dim)[2]
+        if num == 0:
+            return True
+        if num > 1 and (step > 1 or step < 0):
+            return False
+        if subset:
+            if num > 1:
+                return False
+        elif num < dim:
+            subset = True
+    return True
+
+
 def _new_alloc_handle(shape, ctx, delay_alloc, dtype):
     hdl = NDArrayHandle()
     shape, fits32 = _check_dims(shape)
@@ -550,6 +598,13 @@ class NDArray(object):
         holding the rows with a non-zero element) or 'csr' (a new CSRNDArray of a 2-d
         array's non-zero elements), as MXNet's cast_storage."""
         if stype == self.stype:
+            if _op_context(self.context) != self.context:
+                # cast_storage runs on cpu(k) and checks its output's dev_type against
+                # its input's for a dense -> dense cast (MXNet reports it at the next wait)
+                raise MXNetError('Check failed: output.ctx().dev_type == '
+                                 'input.ctx().dev_type (1 vs. %d) : cast_storage of a dense '
+                                 'array on %s to dense' % (self.context.device_typeid,
+                                                           self.context))
             return self
         if stype == 'row_sparse':
             from .sparse import _dense_tostype_rsp
@@ -774,8 +829,10 @@ class NDArray(object):
             res = self._advanced_new_axes(key, self._view()[stripped])
         else:
             res = self._view()[key]
+        # a view keeps the context, MXNet's slice / advanced indexing operators do not
+        ctx = self.context if _basic_view(key, self.shape) else _op_context(self.context)
         return array(np.asarray(res).reshape(res.shape if res.shape else (1,)),
-                     ctx=self.context, dtype=self.dtype)
+                     ctx=ctx, dtype=self.dtype)
 
     def __setitem__(self, key, value):
         if not self.writable:
@@ -860,7 +917,8 @@ class NDArray(object):
             if self.dtype is bfloat16:  # DType(scalar): the truncated bfloat16, as float
                 rhs = _bf16_decode(rhs)[()]
             lhs_v = self._values()
-            res = empty(self.shape, ctx=self.context, dtype=self.dtype) if out is None else out
+            res = empty(self.shape, ctx=_op_context(self.context),
+                        dtype=self.dtype) if out is None else out
             if reverse:
                 return res._write(lambda o: ufunc(rhs, lhs_v, out=o, casting='unsafe'))
             return res._write(lambda o: ufunc(lhs_v, rhs, out=o, casting='unsafe'))
@@ -891,8 +949,8 @@ class NDArray(object):
             except ValueError:
                 raise MXNetError('operands could not be broadcast together: %s vs %s'
                                  % (a.shape, b.shape))
-            if out is None:
-                res = empty(shape, ctx=self.context, dtype=self.dtype)
+            if out is None:  # on the first operand's context, as MXNet's GetContext
+                res = empty(shape, ctx=_op_context(a.context), dtype=self.dtype)
             else:
                 if out.shape != shape:
                     raise MXNetError('in-place operation: shape %s does not match %s'
@@ -997,7 +1055,8 @@ class NDArray(object):
 
     def _unary(self, ufunc, out=None):
         """ufunc(values, out=...) into `out` or a new array of this shape and dtype"""
-        res = empty(self.shape, ctx=self.context, dtype=self.dtype) if out is None else out
+        res = empty(self.shape, ctx=_op_context(self.context),
+                    dtype=self.dtype) if out is None else out
         values = self._values()
         return res._write(lambda o: ufunc(values, out=o))
 
@@ -1032,7 +1091,7 @@ class NDArray(object):
         from ._reduce import reduce_shape, sum_values
         reduced, shape = reduce_shape(self.shape, axis, keepdims, exclude)
         if out is None:
-            out = empty(shape, ctx=self.context, dtype=self.dtype)
+            out = empty(shape, ctx=_op_context(self.context), dtype=self.dtype)
         elif out.shape != shape or out.dtype != self.dtype:
             raise MXNetError('sum: out has shape %s and dtype %s, the result %s and %s'
                              % (out.shape, np.dtype(out.dtype).name, shape,
@@ -1065,7 +1124,7 @@ class NDArray(object):
     @property
     def T(self):  # pylint: disable=invalid-name
         """transposed copy"""
-        return array(self.asnumpy().T, ctx=self.context, dtype=self.dtype)
+        return array(self.asnumpy().T, ctx=_op_context(self.context), dtype=self.dtype)
 
 
 def _c_div(num, den):
@@ -1179,6 +1238,11 @@ def _storage_fallback(lhs, rhs, ufunc, reverse, out):
             if res.shape != out.shape:
                 raise MXNetError('in-place operation: shape %s does not match %s'
                                  % (out.shape, res.shape))
+            if res.context != out.context:
+                # (cpu for a cpu_pinned `out`) the operator casts into `out` itself: a
+                # copy on one context, not one across contexts (that goes through float32)
+                res, moved = res.copyto(out.context), res
+                moved.close()
             res.copyto(out)
             res.close()
             return out
@@ -1428,8 +1492,7 @@ def array(source_array, ctx=None, dtype=None):
         return sparse.array(source_array, ctx=ctx, dtype=dtype)
     if isinstance(source_array, NDArray):
         dtype = source_array.dtype if dtype is None else dtype
-        ctx = source_array.context if ctx is None else ctx
-        res = empty(source_array.shape, ctx, dtype)
+        res = empty(source_array.shape, ctx, dtype)  # (None: the current context)
         source_array.copyto(res)
         return res
     dtype = mx_real_t if dtype is None else dtype
@@ -1512,7 +1575,8 @@ def arange(start, stop=None, step=1.0, repeat=1, infer_range=None, ctx=None,
 
 def moveaxis(tensor, source, destination):
     """np.moveaxis as a copy"""
-    return array(np.moveaxis(tensor.asnumpy(), source, destination), ctx=tensor.context,
+    return array(np.moveaxis(tensor.asnumpy(), source, destination),
+                 ctx=_op_context(tensor.context),
                  dtype=tensor.dtype)
 
 
@@ -1545,9 +1609,17 @@ def clip(data, a_min, a_max, out=None):
 
 
 def cast(data, dtype, out=None):
-    """Element type conversion."""
+    """Element type conversion: MXNet's Cast operator, a dense result (a sparse `data`
+    through its storage fallback) on cpu(k) for cpu_pinned(k) (``astype`` keeps both)."""
     if out is None:
-        return data.astype(dtype)
+        src = data.tostype('default') if data._is_sparse else data
+        try:
+            out = empty(data.shape, ctx=_op_context(data.context), dtype=dtype)
+            src.copyto(out)
+        finally:
+            if src is not data:
+                src.close()
+        return out
     data.copyto(out)
     return out
 

@@ -269,8 +269,8 @@ class RowSparseNDArray(BaseSparseNDArray):
         """a row_sparse array of this shape and dtype holding computed `values` (as
         MXNet's kernels store them: a C cast, bf16_t's truncation) at rows `idx`"""
         raw = _dense._convert(np.asarray(values), np.asarray(values).dtype, self.dtype)
-        return row_sparse_array((raw, idx), shape=self.shape,
-                                ctx=self.context if ctx is None else ctx, dtype=self.dtype)
+        return row_sparse_array((raw, idx), shape=self.shape, dtype=self.dtype,
+                                ctx=_dense._op_context(self.context) if ctx is None else ctx)
 
     def _fill(self, data_np, idx_np):
         """MXNDArraySyncCopyFromNDArray of the parts (data, then indices, as MXNet does)"""
@@ -321,12 +321,13 @@ class RowSparseNDArray(BaseSparseNDArray):
         """A copy with storage type `stype` ('default' or 'row_sparse')."""
         if stype == 'csr':
             raise ValueError('cast_storage from row_sparse to csr is not supported')
-        if stype == 'default':
-            res = _dense.empty(self.shape, ctx=self.context, dtype=self.dtype)
+        if stype == 'default':  # (cast_storage: on cpu(k) for cpu_pinned(k))
+            res = _dense.empty(self.shape, ctx=_dense._op_context(self.context),
+                               dtype=self.dtype)
             res._sync_copyfrom(self._dense_numpy())
             return res
         if stype == 'row_sparse':
-            return self.copyto(self.context)
+            return self.copyto(_dense._op_context(self.context))
         raise ValueError('unknown storage type %r' % (stype,))
 
     def copyto(self, other):
@@ -480,7 +481,7 @@ class RowSparseNDArray(BaseSparseNDArray):
             raise MXNetError('row_sparse array of shape %s has row indices outside [0, %d): %s'
                              % (self.shape, rows, idx.tolist()))
         dense = other._values()
-        ctx = self.context if rsp_first else other.context
+        ctx = _dense._op_context(self.context if rsp_first else other.context)
         # operands in the order MXNet's kernels use (rsp - dense is rsp + (-dense): a NaN
         # in the dense operand comes out with its sign flipped, as in MXNet)
         with np.errstate(all='ignore'):
@@ -612,12 +613,14 @@ class CSRNDArray(BaseSparseNDArray):
 
     def tostype(self, stype):
         """'csr' (self) or 'default' (a dense copy, as MXNet's cast_storage)"""
-        if stype == 'csr':
-            return self
+        if stype == 'csr':  # cast_storage's result is on cpu(k) for cpu_pinned(k)
+            ctx = _dense._op_context(self.context)
+            return self if ctx == self.context else self.copyto(ctx)
         if stype == 'row_sparse':  # (MXNet's frontend)
             raise ValueError('cast_storage from csr to row_sparse is not supported')
         if stype == 'default':
-            res = _dense.empty(self.shape, ctx=self.context, dtype=self.dtype)
+            res = _dense.empty(self.shape, ctx=_dense._op_context(self.context),
+                               dtype=self.dtype)
             res._sync_copyfrom(self._dense_numpy())
             return res
         raise MXNetError('tostype(%r) of a csr array is not supported by mxkv' % (stype,))
@@ -690,7 +693,7 @@ class CSRNDArray(BaseSparseNDArray):
         ptr = indptr[first:last + 1] - indptr[first]
         lo, hi = indptr[first], indptr[last]
         return _csr_from_parts(data[lo:hi], ptr, indices[lo:hi], (len(picked), self.shape[1]),
-                               self.context, self.dtype)
+                               _dense._op_context(self.context), self.dtype)
 
     def __setitem__(self, key, value):
         """``x[:] = value`` as MXNet's CSRNDArray.__setitem__: an NDArray (or a numpy
@@ -720,8 +723,15 @@ class CSRNDArray(BaseSparseNDArray):
             raise AssertionError('CSRNDArray.__setitem__ key %r' % (key,))
         raise Exception('CSRNDArray only supports [:] for assignment')  # pylint: disable=broad-exception-raised
 
-    def _assign_result(self, res):
+    def _assign_result(self, res, other=None):
         """MXNet's in-place operators of a CSRNDArray: (self op other).copyto(self)"""
+        if isinstance(other, CSRNDArray) and not res._is_sparse and \
+                res.context != self.context:
+            # MXNet's csr op csr is a csr array (mxkv's a dense one), whose copy across
+            # contexts keeps its dtype: copy the dense result over first, on one context
+            # a dense -> csr copy needs only the same dtype
+            res, moved = res.copyto(self.context), res
+            moved.close()
         try:
             res.copyto(self)
         finally:
@@ -733,16 +743,16 @@ class CSRNDArray(BaseSparseNDArray):
         return _csr_unary(self, _dense._ABS)
 
     def __iadd__(self, other):
-        return self._assign_result(self + other)
+        return self._assign_result(self + other, other)
 
     def __isub__(self, other):
-        return self._assign_result(self - other)
+        return self._assign_result(self - other, other)
 
     def __imul__(self, other):
-        return self._assign_result(self * other)
+        return self._assign_result(self * other, other)
 
     def __itruediv__(self, other):
-        return self._assign_result(self / other)
+        return self._assign_result(self / other, other)
 
     __idiv__ = __itruediv__
 
@@ -808,7 +818,7 @@ class CSRNDArray(BaseSparseNDArray):
             finally:
                 dense.close()
         if out is None:
-            out = _dense.empty(shape, ctx=self.context, dtype=self.dtype)
+            out = _dense.empty(shape, ctx=_dense._op_context(self.context), dtype=self.dtype)
         elif out._is_sparse or out.shape != shape or out.dtype != self.dtype:
             raise MXNetError('sum: out is a %s array of shape %s and dtype %s, the result a '
                              'default one of %s and %s' % (
@@ -917,7 +927,7 @@ def _dense_tostype_rsp(arr):
     _no_bool_cast(arr.dtype)
     raw = _dense_raw(arr)
     rows = _nonzero_rows(_stored_values(raw, arr.dtype))
-    return _from_parts(raw[rows], rows, arr.shape, arr.context, arr.dtype)
+    return _from_parts(raw[rows], rows, arr.shape, _dense._op_context(arr.context), arr.dtype)
 
 
 def _check_cast_copy(src, dst):
@@ -973,7 +983,8 @@ def _dense_tostype_csr(arr):
                          'shape is %s' % (arr.shape,))
     _no_bool_cast(arr.dtype)
     data, indptr, indices = _dense_csr_parts(_dense_raw(arr), arr.dtype)
-    return _csr_from_parts(data, indptr, indices, arr.shape, arr.context, arr.dtype)
+    return _csr_from_parts(data, indptr, indices, arr.shape, _dense._op_context(arr.context),
+                           arr.dtype)
 
 
 def _dense_csr_parts(raw, dtype):
@@ -1035,7 +1046,8 @@ def _csr_dense_add_sub(csr, dns, subtract, csr_first, out=None):
             else:
                 np.add.at(res, at, data)
     if out is None:
-        out = _dense.empty(dns.shape, ctx=dns.context, dtype=dns.dtype)
+        first = csr if csr_first else dns
+        out = _dense.empty(dns.shape, ctx=_dense._op_context(first.context), dtype=dns.dtype)
     out._sync_copyfrom(res)
     return out
 
@@ -1048,7 +1060,8 @@ def _csr_scalar(csr, scalar, ufunc, reverse):
     with _dense.array(data, ctx=csr.context, dtype=csr.dtype) as data_nd:
         with data_nd._binary(scalar, ufunc, reverse=reverse) as res:
             values = _dense_raw(res)
-    return _csr_from_parts(values, indptr, indices, csr.shape, csr.context, csr.dtype)
+    return _csr_from_parts(values, indptr, indices, csr.shape,
+                           _dense._op_context(csr.context), csr.dtype)
 
 
 def _csr_unary(csr, ufunc):
@@ -1058,12 +1071,13 @@ def _csr_unary(csr, ufunc):
     parts (indptr too: ``[]``, not rows + 1 zeros)"""
     data, indptr, indices = csr._raw_parts()
     if data.size == 0:
-        return _csr_from_parts(data[:0], indptr[:0], indices[:0], csr.shape, csr.context,
-                               csr.dtype)
+        return _csr_from_parts(data[:0], indptr[:0], indices[:0], csr.shape,
+                               _dense._op_context(csr.context), csr.dtype)
     with _dense.array(data, ctx=csr.context, dtype=csr.dtype) as data_nd:
         with data_nd._unary(ufunc) as res:
             values = _dense_raw(res)
-    return _csr_from_parts(values, indptr, indices, csr.shape, csr.context, csr.dtype)
+    return _csr_from_parts(values, indptr, indices, csr.shape,
+                           _dense._op_context(csr.context), csr.dtype)
 
 
 def _csr_dense_mul(csr, dns, divide):
@@ -1079,7 +1093,7 @@ def _csr_dense_mul(csr, dns, divide):
     data, indptr, indices = csr._raw_parts()
     if indices.size == 0:  # not storage_initialized: FillZerosCsrImpl, any dtype
         return _csr_from_parts(data[:0], np.zeros(csr.shape[0] + 1, np.int64), indices,
-                               csr.shape, csr.context, csr.dtype)
+                               csr.shape, _dense._op_context(csr.context), csr.dtype)
     if csr._np_dtype not in (np.float32, np.float64):
         raise MXNetError('elemwise_mul of a csr and a dense array: MXNet 1.9.1 supports '
                          'float32 and float64 only (got %s)' % np.dtype(csr._np_dtype).name)
@@ -1089,8 +1103,8 @@ def _csr_dense_mul(csr, dns, divide):
         prod = data * values[row_ids, cols]
     nnz = prod.size
     return _csr_from_parts(prod, indptr[:csr.shape[0] + 1] if nnz else indptr,
-                           indices[:nnz] if nnz else indices, csr.shape, csr.context,
-                           csr.dtype)
+                           indices[:nnz] if nnz else indices, csr.shape,
+                           _dense._op_context(csr.context), csr.dtype)
 
 
 def _csr_from_parts(data, indptr, indices, shape, ctx, dtype):
@@ -1204,7 +1218,7 @@ def retain(data, indices):
     found[found] = have[at[found]] == want[found]
     out = np.zeros((want.size,) + tuple(data.shape[1:]), rows.dtype)
     out[found] = rows[at[found]]
-    return _from_parts(out, want, data.shape, data.context, data.dtype)
+    return _from_parts(out, want, data.shape, _dense._op_context(data.context), data.dtype)
 
 
 def _from_parts(data, indices, shape, ctx, dtype):

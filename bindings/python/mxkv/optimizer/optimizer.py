@@ -395,6 +395,11 @@ class _StandIns(object):
             return tuple(res) if isinstance(arr, tuple) else res
         if isinstance(arr, NDArray) and arr.stype in ('row_sparse', 'csr'):
             dense = arr.tostype('default')
+            if dense.context != arr.context:
+                # tostype (cast_storage) gives cpu(k) for cpu_pinned(k); MXNet's storage
+                # fallback keeps its dense copies on the weight's context
+                dense, moved = dense.as_in_context(arr.context), dense
+                moved.close()
             self.pairs.append((arr, dense))
             return dense
         return arr
