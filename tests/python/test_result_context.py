@@ -158,6 +158,7 @@ OPS = {
     'indptr': lambda x, y: x.indptr,
     'x+=y': lambda x, y: x.__iadd__(y),
     'x*=2': lambda x, y: x.__imul__(2),
+    'x+=dense': lambda x, y: x.__iadd__(nd.array(y.asnumpy(), ctx=x.context, dtype=x.dtype)),
     # operands on two contexts: MXNet computes on the first one's (pinned -> cpu)
     'x+y@c': lambda x, y: x + to(y, 'c'),
     'x+y@c1': lambda x, y: x + to(y, 'c1'),
@@ -214,7 +215,7 @@ SPARSE_AND_DENSE = {  # operation: the storage types it is run on (see the docst
     'nd.array': ALL, 'sp.array': 'rc', 'sp.add': 'r', 'sp.subtract': 'r',
     'sp.multiply': 'r', 'sp.divide': 'rc', 'sp.retain': 'r', 'x+dense': 'rc',
     'dense+x': 'rc', 'x-dense': 'rc', 'x*dense': 'rc', 'data': 'rc', 'indices': 'rc',
-    'indptr': 'c', 'x+=y': ALL, 'x*=2': ALL,
+    'indptr': 'c', 'x+=y': ALL, 'x*=2': ALL, 'x+=dense': 'rc',
     'x+y@c': 'dr', 'x+y@c1': 'dr', 'x+y@p': 'dr', 'y@c+x': 'dr', 'y@c1+x': 'dr',
     'y@p+x': 'dr', 'x*y@c1': 'dr', 'x+=y@c1': 'dr', 'max(x,y@c1)': 'd',
     'x+dense@c1': 'rc', 'dense@p+x': 'rc',
@@ -223,7 +224,7 @@ SPARSE_AND_DENSE = {  # operation: the storage types it is run on (see the docst
 }
 # a second dtype where a result crossing contexts decides the outcome: in-place
 # operators of sparse arrays copy their (cpu) result back across contexts
-FLOAT16 = ['x+=y', 'x*=2', 'x+dense', 'x+=y@c1', 'x+y', 'nd.cast', 'astype64']
+FLOAT16 = ['x+=y', 'x*=2', 'x+=dense', 'x+dense', 'x+=y@c1', 'x+y', 'nd.cast', 'astype64']
 
 
 def _run(python, lib, cases):
@@ -259,4 +260,8 @@ def test_result_contexts_match_mxnet():
 def test_result_contexts_float16_match_mxnet():
     """float16: a sparse array's in-place operator copies its cpu result back into the
     cpu_pinned array across contexts (through float32 for a dense result)"""
-    _compare([[name, SPARSE_AND_DENSE[name], 'float16'] for name in FLOAT16])
+    ref = _compare([[name, SPARSE_AND_DENSE[name], 'float16'] for name in FLOAT16])
+    # a float16 row_sparse array on cpu_pinned(0) += a dense one fails (a dense cpu(0)
+    # sum copied across contexts), on cpu(0) it does not
+    assert ref['x+=dense|r|p|float16'] == 'raise MXNetError'
+    assert ref['x+=dense|r|c|float16'][:2] == ['cpu(0)', 'row_sparse']
