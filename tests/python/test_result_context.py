@@ -171,6 +171,11 @@ OPS = {
     'max(x,y@c1)': lambda x, y: nd.maximum(x, to(y, 'c1')),
     'x+dense@c1': lambda x, y: x + nd.array(y.asnumpy(), ctx=C['c1']),
     'dense@p+x': lambda x, y: nd.array(y.asnumpy(), ctx=C['p']) + x,
+    # samplers with NDArray parameters are operators too (seeded: one CPU generator)
+    'nd.random.uniform': lambda x, y: (mx.random.seed(7), nd.random.uniform(
+        nd.zeros((2,), ctx=x.context), nd.ones((2,), ctx=x.context), shape=3))[1],
+    'nd.random.normal': lambda x, y: (mx.random.seed(7), nd.random.normal(
+        nd.zeros((2,), ctx=x.context), nd.ones((2,), ctx=x.context)))[1],
     # creation on cpu_pinned (no input: the context asked for; sparse from numpy: cpu)
     'zeros@p': lambda x, y: nd.zeros((2, 2), ctx=C['p']),
     'ones@p': lambda x, y: nd.ones((2, 2), ctx=C['p']),
@@ -219,6 +224,7 @@ SPARSE_AND_DENSE = {  # operation: the storage types it is run on (see the docst
     'x+y@c': 'dr', 'x+y@c1': 'dr', 'x+y@p': 'dr', 'y@c+x': 'dr', 'y@c1+x': 'dr',
     'y@p+x': 'dr', 'x*y@c1': 'dr', 'x+=y@c1': 'dr', 'max(x,y@c1)': 'd',
     'x+dense@c1': 'rc', 'dense@p+x': 'rc',
+    'nd.random.uniform': 'd', 'nd.random.normal': 'd',
     'zeros@p': 'd', 'ones@p': 'd', 'full@p': 'd', 'arange@p': 'd', 'sp.zeros@p': 'rc',
     'rsp_from_numpy@p': 'd', 'csr_from_numpy@p': 'd',
 }

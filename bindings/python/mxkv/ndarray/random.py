@@ -27,7 +27,7 @@ import numpy as np
 
 from ..base import MXNetError, MXKVUsageError, integer_types, numeric_types, _Null
 from ..context import Context, current_context
-from .ndarray import NDArray, array, _shape_tuple
+from .ndarray import NDArray, array, _shape_tuple, _op_context
 
 __all__ = ['uniform', 'normal', 'randn', 'randint', 'seed']
 
@@ -468,7 +468,8 @@ def _sample(kind, params, shape, dtype, ctx, out, op, check):
             raise MXNetError('Shape inconsistent, Provided = %s, inferred shape=%s (in '
                              'operator %s)' % (list(out.shape), list(full), op))
         pars = [p.asnumpy().reshape(-1) for p in params]
-        ctx = params[0].context if out is None else out.context
+        # NDArray parameters: the operator's result is on cpu(k) for cpu_pinned(k)
+        ctx = _op_context(params[0].context) if out is None else out.context
         otype = out._np_dtype.name if out is not None else dtype
         return _deliver(_draw(kind, ctx, full, pars, otype), out, dtype, ctx)
     if isinstance(params[0], numeric_types) and not isinstance(params[0], bool):
