@@ -331,17 +331,15 @@ def test_csr_result_storage_as_mxnet(both, dtype, case):
 def test_csr_with_empty_indptr_refused_where_mxnet_fails(mxkv, case):
     """abs of an all-zero csr array has indptr [] as in MXNet, where slicing it aborts
     the process and csr + it raises: mxkv raises MXNetError for the slices (not run
-    against MXNet, which dies) and keeps its dense storage fallback for csr op csr"""
+    against MXNet, which dies) and for it + csr, as MXNet's CsrCsrOp (its indptr check;
+    compared with MXNet in test_csr_op_stypes)"""
     mx = mxkv
     a = abs(mx.nd.sparse.zeros('csr', (3, 3)))
     assert a.indptr.shape == (0,)
     if case == 'csr+csr':
         c = mx.nd.array(A).tostype('csr')
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            res = a + c
-        assert res.stype == 'default'
-        assert_same_bits(res.asnumpy(), c.asnumpy())
+        with pytest.raises(mx.base.MXNetError):
+            a + c   # pylint: disable=pointless-statement
         return
     with pytest.raises(mx.base.MXNetError):
         if case == 'row':

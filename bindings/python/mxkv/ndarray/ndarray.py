@@ -932,6 +932,11 @@ class NDArray(object):
                 csr_first = a.stype == 'csr'
                 return _csr_dense_add_sub(a if csr_first else b, b if csr_first else a,
                                           ufunc is np.subtract, csr_first, out=out)
+            if a.stype == 'csr' and b.stype == 'csr' and a.shape == b.shape \
+                    and out is None and ufunc in (np.add, np.subtract, np.multiply):
+                # elemwise_add / elemwise_sub / elemwise_mul of two csr arrays: csr
+                from .sparse import _csr_csr
+                return _csr_csr(a, b, ufunc)
             if a.stype == 'csr' and b.stype == 'default' and a.shape == b.shape \
                     and out is None and ufunc in (np.multiply, np.true_divide):
                 # elemwise_mul (csr * dense: a csr array of its structure); elemwise_div

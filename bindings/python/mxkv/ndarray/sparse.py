@@ -1052,6 +1052,67 @@ def _csr_dense_add_sub(csr, dns, subtract, csr_first, out=None):
     return out
 
 
+def _csr_csr(lhs, rhs, ufunc):
+    """elemwise_add / elemwise_sub / elemwise_mul of two csr arrays of one shape, as
+    MXNet 1.9.1's CsrCsrOp computes it (a csr result on the first operand's context):
+    per row, each operand's stored values are summed into a zeroed row buffer (starting
+    from +0, duplicates in storage order), the columns either operand stores are linked
+    in order of first appearance (the lhs's, then the rhs's) and visited from the last
+    one linked back, and ``op(l, r)`` is stored where it is not == 0 (so -0.0 and 0
+    results are dropped, a NaN is kept; the columns of a row come out in that reversed
+    order, not sorted).  The same array on both sides is read once.  MXNet allocates
+    lhs nnz + rhs nnz values and leaves the tail after indptr[-1] unwritten; mxkv's
+    parts hold exactly indptr[-1] of them."""
+    if dtype_np_to_mx(lhs.dtype) != dtype_np_to_mx(rhs.dtype):
+        raise MXNetError('operands have different dtypes: %s vs %s'
+                         % (np.dtype(lhs._np_dtype).name, np.dtype(rhs._np_dtype).name))
+    if lhs.dtype is _dense.bfloat16:
+        raise MXNetError('elemwise operators of two csr arrays: bfloat16 is not supported')
+    ctx = _dense._op_context(lhs.context)
+    nrows, ncols = lhs.shape
+    if nrows == 0:  # (MXNet returns before allocating the result)
+        return _csr_from_parts(np.zeros(0, lhs._np_dtype), np.zeros(0, np.int64),
+                               np.zeros(0, np.int64), lhs.shape, ctx, lhs.dtype)
+    with lhs.indptr as ptr_nd:
+        if ptr_nd.shape[0] != nrows + 1:  # CHECK_EQ(lhs indptr size, rows + 1)
+            raise MXNetError('Check failed: lhs.aux_shape(csr::kIndPtr).Size() == nr_rows + 1'
+                             ' (%d vs. %d)' % (ptr_nd.shape[0], nrows + 1))
+    same = lhs is rhs or lhs.handle.value == rhs.handle.value
+    lrow, lcol, ldata = lhs._coords()
+    if same:
+        rrow, rcol, rdata = lrow[:0], lcol[:0], ldata[:0]
+    else:
+        rrow, rcol, rdata = rhs._coords()
+    dtype = lhs._np_dtype
+    # entries in the order the kernel links them: per row, the lhs's then the rhs's
+    rows = np.concatenate([lrow, rrow]).astype(np.int64)
+    order = np.argsort(rows, kind='stable')
+    keys = (rows * ncols + np.concatenate([lcol, rcol]).astype(np.int64))[order]
+    ukeys, first = np.unique(keys, return_index=True)
+    # the row buffers: +0 plus each operand's values at the key, in storage order
+    lbuf = np.zeros(ukeys.size, dtype)
+    rbuf = np.zeros(ukeys.size, dtype)
+    with np.errstate(all='ignore'):
+        if lrow.size:
+            np.add.at(lbuf, np.searchsorted(ukeys, lrow.astype(np.int64) * ncols + lcol),
+                      ldata.astype(dtype, copy=False))
+        if same:
+            rbuf = lbuf
+        elif rrow.size:
+            np.add.at(rbuf, np.searchsorted(ukeys, rrow.astype(np.int64) * ncols + rcol),
+                      rdata.astype(dtype, copy=False))
+        res = ufunc(lbuf, rbuf)
+    res = np.asarray(res, dtype=dtype)
+    # per row, from the last column linked back to the first
+    urows = ukeys // ncols
+    visit = np.lexsort((-first, urows))
+    keep = visit[res[visit] != 0]
+    indptr = np.zeros(nrows + 1, np.int64)
+    np.cumsum(np.bincount(urows[keep], minlength=nrows), out=indptr[1:])
+    return _csr_from_parts(res[keep], indptr, (ukeys % ncols)[keep], lhs.shape, ctx,
+                           lhs.dtype)
+
+
 def _csr_scalar(csr, scalar, ufunc, reverse):
     """_mul_scalar / _div_scalar of a csr array, as MXNet: the result keeps the array's
     structure (a stored value that becomes 0 stays stored), each stored value computed
