@@ -21,16 +21,16 @@ use super::worker::KvWorker;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::sparse::row_ids;
-use crate::ndarray::{NDArray, Shape, StorageType};
+use crate::ndarray::{Context, NDArray, Shape, StorageType};
 use crate::store::comm::{Comm, CommKey};
 use crate::store::compression::CompressionParams;
 use crate::store::group::group;
 use crate::store::keys::{show_str, KindLock, StrRegistry};
-use crate::store::table::{check_value, duplicate};
+use crate::store::table::{check_cast_copy, check_value, duplicate};
 use crate::store::{Keys, KvStore, Updater, UpdaterSlot};
 use crate::{bail, ensure};
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -55,18 +55,20 @@ struct Fill {
     /// What the key's value is received into: one of its outputs, or a new
     /// array.
     dest: NDArray,
-    /// The positions of the outputs `dest` is copied to, in MXNet's
-    /// grouping order.
-    copies: Vec<usize>,
+    /// The positions of the key's outputs, in MXNet's grouping order
+    /// (`dest` may be one of them).
+    outs: Vec<usize>,
 }
 
-/// Copies each key's value to its other outputs, key by key in `plan`'s
-/// (ascending) order.
-fn write_outputs(plan: &[Fill], outs: &[NDArray]) -> Result<()> {
+/// Copies each key's value to its outputs, key by key in `plan`'s
+/// (ascending) order, as MXNet's `comm_->Broadcast` from the receive
+/// buffer: a device comm before its merge buffers exist writes output
+/// `key % n` first and copies that one to the others (so they get its
+/// dtype's rounding), a CPU comm copies the value to each.
+fn write_outputs(comm: &Comm, plan: &[Fill], outs: &[NDArray]) -> Result<()> {
     for f in plan {
-        for &p in &f.copies {
-            outs[p].copy_from(&f.dest)?;
-        }
+        let to: Vec<&NDArray> = f.outs.iter().map(|&p| &outs[p]).collect();
+        comm.broadcast(f.id, &f.dest, &to)?;
     }
     Ok(())
 }
@@ -88,6 +90,9 @@ struct WorkerSide {
     closed: Mutex<Option<Result<()>>>,
     /// Held by an init from its checks until its keys are registered.
     init_lock: Mutex<()>,
+    /// Keys whose sparse outputs a pull or pushpull skipped (MXNet warns
+    /// once per key).
+    warned_sparse_pull: Mutex<HashSet<i32>>,
 }
 
 /// The server or scheduler side: nothing runs before `run_server`.
@@ -225,6 +230,7 @@ impl DistStore {
             barrier_before_exit: AtomicBool::new(true),
             closed: Mutex::new(None),
             init_lock: Mutex::new(()),
+            warned_sparse_pull: Mutex::new(HashSet::new()),
         };
         if sync && side.po.my_rank() == 0 {
             if let Err(e) = side.w.command(Command::SyncMode.head(), b"") {
@@ -499,8 +505,8 @@ impl WorkerSide {
     /// Each key is received into an array of its own, its `dest`: one of its
     /// outputs when one fits (dense, the key's dtype) and no smaller key of
     /// the call writes it (so the later keys' copies come after it is read),
-    /// without a copy; else a new array. The key's other outputs are copied
-    /// from it once the call's replies are in (`write_outputs`).
+    /// without a copy; else a new array. The key's outputs are written from
+    /// it once the call's replies are in (`write_outputs`).
     fn plan_outputs(&self, groups: &[(i32, Vec<usize>)], outs: &[NDArray]) -> Result<Vec<Fill>> {
         // the smallest key each output is given for
         let mut first: HashMap<usize, i32> = HashMap::with_capacity(outs.len());
@@ -530,38 +536,79 @@ impl WorkerSide {
                 Some(p) => outs[p].clone(),
                 None => NDArray::zeros(info.shape, info.dtype, outs[pos[0]].ctx())?,
             };
-            let copies = pos
-                .iter()
-                .copied()
-                .filter(|&p| !outs[p].same(&dest))
-                .collect();
             plan.push(Fill {
                 id: *id,
                 dest,
-                copies,
+                outs: pos.clone(),
             });
         }
         Ok(plan)
     }
 
-    /// Pulls the (dense) keys `ids` into `outs` (see `plan_outputs`).
-    fn pull_ids(&self, ids: &[i32], outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
+    /// MXNet's `GroupKVPairsPull`: with `ignore_sparse` (a dist store's
+    /// pull, pushpull and broadcast always ignore them) the sparse outputs
+    /// are left out, as if they were not given, with MXNet's warning once
+    /// per key; a key left without outputs is not pulled. The positions of
+    /// the outputs kept, per key in ascending order.
+    fn pull_groups(
+        &self,
+        ids: &[i32],
+        outs: &[NDArray],
+        ignore_sparse: bool,
+    ) -> Vec<(i32, Vec<usize>)> {
         let mut groups = Vec::new();
         for (id, pos) in group(ids) {
+            let (kept, skipped): (Vec<usize>, Vec<usize>) = pos
+                .into_iter()
+                .partition(|&p| !ignore_sparse || outs[p].stype() == StorageType::Default);
+            if !skipped.is_empty() && self.warned_sparse_pull.lock().insert(id) {
+                eprintln!("Warning: non-default weights detected during kvstore pull. This call has been ignored. Please make sure to use kv.row_sparse_pull() or module.prepare() with row_ids.");
+            }
+            if !kept.is_empty() {
+                groups.push((id, kept));
+            }
+        }
+        groups
+    }
+
+    /// Pulls the (dense) keys `ids` into `outs` (see `plan_outputs`).
+    ///
+    /// A row_sparse key pulled into a dense output is refused (MXNet 1.9.1
+    /// sends a dense pull of it: its server aborts on the request). A
+    /// dense key's sparse outputs are skipped (see `pull_groups`), or, with
+    /// `ignore_sparse` false (MXNet's dist store refuses the call; README
+    /// deviation 22), cast from the dense value as the local store's pull
+    /// casts them: a value on cpu_pinned(0), as MXNet's receive buffer,
+    /// whose dtype must be float32 or the output's on cpu_pinned(0)
+    /// (`check_cast_copy`).
+    fn pull_ids(&self, ids: &[i32], outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
+        let mut groups = Vec::new();
+        for (id, pos) in self.pull_groups(ids, outs, ignore_sparse) {
             let info = self.info(id);
             if info.stype == StorageType::RowSparse {
-                if ignore_sparse {
-                    continue;
-                }
-                bail!("key {id} is row_sparse: use row_sparse_pull to pull it from a distributed store");
+                bail!(
+                    "key {id} is row_sparse: a distributed store pulls it only with row_sparse_pull{}",
+                    if ignore_sparse {
+                        " (a pull into a dense output is refused: MXNet 1.9.1 sends a dense pull of the row_sparse key and its server aborts)"
+                    } else {
+                        ""
+                    }
+                );
             }
             check_float(&format!("pull of key {id}"), info.dtype)?;
+            for &p in &pos {
+                let out = &outs[p];
+                if out.is_sparse() && out.shape() == &info.shape && out.size() > 0 {
+                    check_cast_copy(info.stype, info.dtype, Context::PINNED0, out)
+                        .map_err(|e| Error::new(format!("{} (key {id})", e.message())))?;
+                }
+            }
             groups.push((id, pos));
         }
         let plan = self.plan_outputs(&groups, outs)?;
         let items: Vec<(i32, &NDArray)> = plan.iter().map(|f| (f.id, &f.dest)).collect();
         self.w.pull(&items)?;
-        write_outputs(&plan, outs)
+        write_outputs(&self.comm, &plan, outs)
     }
 
     fn pull(&self, keys: Keys<'_>, outs: &[NDArray], ignore_sparse: bool) -> Result<()> {
@@ -576,12 +623,56 @@ impl WorkerSide {
         self.pull_ids(&ids, outs, ignore_sparse)
     }
 
+    /// What `broadcast` (MXNet's `BroadcastImpl`: init, then a pull that
+    /// ignores sparse outputs) checks before its init: no dense output of a
+    /// row_sparse key, given in this call or inited before (the pull would
+    /// refuse it, see `pull_ids`, after the keys were inited).
+    fn check_broadcast_outputs(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        okeys: Keys<'_>,
+        outs: &[NDArray],
+    ) -> Result<()> {
+        if vkeys.len() != vals.len() || okeys.len() != outs.len() {
+            return Ok(()); // init and pull name the counts
+        }
+        for (j, out) in outs.iter().enumerate() {
+            if out.stype() != StorageType::Default {
+                continue;
+            }
+            let given = (0..vkeys.len()).find(|&i| match (vkeys, okeys) {
+                (Keys::Int(v), Keys::Int(o)) => v[i] == o[j],
+                (Keys::Str(v), Keys::Str(o)) => v[i] == o[j],
+                _ => false,
+            });
+            let stype = match given {
+                Some(i) => Some(vals[i].stype()),
+                None => {
+                    let id = match okeys {
+                        Keys::Int(o) => Some(o[j]),
+                        Keys::Str(o) => self.names.read().get(o[j]),
+                    };
+                    id.and_then(|id| self.table.read().get(&id).map(|k| k.stype))
+                }
+            };
+            ensure!(
+                stype != Some(StorageType::RowSparse),
+                "key {} is row_sparse: a distributed store pulls it only with row_sparse_pull (broadcast into a dense output is refused before the init: MXNet 1.9.1 sends a dense pull of the row_sparse key and its server aborts)",
+                okeys.show(j)
+            );
+        }
+        Ok(())
+    }
+
     /// MXNet's `KVStoreDist::PushPullImpl`: key by key in ascending order,
     /// the key's values are reduced, pushed and its result pulled, then
     /// written to its outputs (see `plan_outputs`). Every key pushed must
     /// have outputs and every output key must be pushed, and a key's first
     /// output (in MXNet's grouping order) must have the key's dtype, as
     /// MXNet checks; its other outputs may be of any dtype (converted).
+    /// Sparse outputs are left out (`pull_groups`): a key whose outputs are
+    /// all sparse has none, so the key lists differ, as in MXNet.
     ///
     /// The keys go out together, in as few rounds as MXNet's order allows:
     /// a key whose pushed values include an output of a smaller key of the
@@ -603,10 +694,7 @@ impl WorkerSide {
         );
         let vids = self.ids(vkeys)?;
         let oids = self.ids(okeys)?;
-        let sparse = vals
-            .iter()
-            .chain(outs)
-            .any(|v| v.stype() != StorageType::Default)
+        let sparse = vals.iter().any(|v| v.stype() != StorageType::Default)
             || vids
                 .iter()
                 .any(|id| self.info(*id).stype != StorageType::Default);
@@ -619,11 +707,12 @@ impl WorkerSide {
         );
         ensure!(
             !sparse,
-            "Expected push_stype and pull_stype of value to be kDefaultStorage: \
-             a dist store's pushpull takes dense values and outputs (push, then row_sparse_pull)"
+            "Expected push_stype of value to be kDefaultStorage: \
+             a dist store's pushpull takes dense values of dense keys (push, then row_sparse_pull)"
         );
         let pushed = self.push_groups(&vids, vals)?;
-        let ogroups = group(&oids);
+        // sparse outputs are left out, as MXNet's GroupKVPairsPull does
+        let ogroups = self.pull_groups(&oids, outs, true);
         ensure!(
             pushed.len() == ogroups.len() && pushed.iter().zip(&ogroups).all(|(p, o)| p.0 == o.0),
             "List of push and pull keys are different: a dist store's pushpull needs outputs \
@@ -668,7 +757,7 @@ impl WorkerSide {
             .collect();
         self.w.push_pull(&items)?;
         for (i, _) in round {
-            write_outputs(std::slice::from_ref(&plan[*i]), outs)?;
+            write_outputs(&self.comm, std::slice::from_ref(&plan[*i]), outs)?;
         }
         Ok(())
     }
@@ -697,13 +786,11 @@ impl WorkerSide {
                 keys.show(i)
             );
             ensure!(
-                out.shape() == &info.shape && out.dtype() == info.dtype,
-                "row_sparse_pull of key {}: the output ({}, {}) differs from the key ({}, {})",
-                keys.show(i),
-                out.shape(),
-                out.dtype().name(),
+                out.shape() == &info.shape,
+                "operands shape mismatch from.shape = {} to.shape={} (row_sparse_pull of key {})",
                 info.shape,
-                info.dtype.name()
+                out.shape(),
+                keys.show(i)
             );
             let r = row_ids(r, info.shape.dims()[0])
                 .map_err(|e| Error::new(format!("{e} (key {})", keys.show(i))))?;
@@ -715,7 +802,24 @@ impl WorkerSide {
         for (_, pos) in group(&ids) {
             for p in pos {
                 let (id, out, r) = &plan[p];
-                self.w.pull_row_sparse(*id, out, r)?;
+                let dtype = self.info(*id).dtype;
+                if out.dtype() == dtype {
+                    self.w.pull_row_sparse(*id, out, r)?;
+                } else {
+                    // MXNet receives the rows in the key's dtype and copies
+                    // them into the output (CopyFromTo row_sparse ->
+                    // row_sparse converts, on any context)
+                    let got = NDArray::sparse_zeros(
+                        StorageType::RowSparse,
+                        out.shape().clone(),
+                        dtype,
+                        out.ctx(),
+                        &[DType::I64],
+                        &[Shape(vec![0])],
+                    )?;
+                    self.w.pull_row_sparse(*id, &got, r)?;
+                    out.copy_from(&got)?;
+                }
             }
         }
         Ok(())
@@ -877,8 +981,9 @@ impl KvStore for DistStore {
         _priority: i32,
     ) -> Result<()> {
         let w = self.worker("broadcast")?;
+        w.check_broadcast_outputs(vkeys, vals, okeys, outs)?;
         w.init(vkeys, vals)?;
-        w.pull(okeys, outs, false)
+        w.pull(okeys, outs, true)
             .map_err(|e| w.named(Some(okeys), &[], e))
     }
 

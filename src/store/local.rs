@@ -9,10 +9,9 @@ use super::comm::Comm;
 use super::compression::CompressionParams;
 use super::group::group;
 use super::keys::Keys;
-use super::table::{check_local_init_value, check_value, Entry, Table};
+use super::table::{check_cast_copy, check_local_init_value, check_value, Entry, Table};
 use super::{KvStore, Updater, UpdaterSlot};
 use crate::error::Result;
-use crate::ndarray::dtype::DType;
 use crate::ndarray::sparse::{
     assign_row_sparse, retain_rows, row_ids as row_ids_of, share_row_sparse, Parts,
 };
@@ -52,7 +51,7 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
                 out.shape()
             );
             if from != to && stored.size() > 0 {
-                check_cast_copy(stored, out)?;
+                check_cast_copy(stored.stype(), stored.dtype(), stored.ctx(), out)?;
             }
             Ok(true)
         }
@@ -60,48 +59,6 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
             bail!("the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated")
         }
     }
-}
-
-/// MXNet's `CopyFromToImpl` between storage types (the stored value lives on
-/// cpu_pinned(0)): on one context it casts the storage straight into the
-/// output, whose dtype must be the value's; across contexts into a temporary
-/// of the output's storage type and dtype float32, copied over with the
-/// values converted. Both casts check their data type and fail (in MXNet at
-/// the next wait, leaving the output as it was or, on one context, partly
-/// overwritten or crashing); here before anything is written.
-fn check_cast_copy(stored: &NDArray, out: &NDArray) -> Result<()> {
-    fn label(stype: StorageType) -> &'static str {
-        match stype {
-            StorageType::Default => "dense",
-            StorageType::RowSparse => "row_sparse",
-            StorageType::Csr => "csr",
-            StorageType::Undefined => "undefined",
-        }
-    }
-    let (from, to) = (stored.dtype(), out.dtype());
-    if stored.ctx() == out.ctx() {
-        ensure!(
-            from == to,
-            "copying a {} {} value into a {} {} output on the same context ({}), a dtype change: MXNet 1.9.1 casts the storage into the output and fails its data type check (TBlob.get_with_shape: data type do not match)",
-            label(stored.stype()),
-            from.name(),
-            label(out.stype()),
-            to.name(),
-            out.ctx()
-        );
-    } else {
-        ensure!(
-            from == DType::F32,
-            "copying a {} {} value on {} into a {} output on {}: MXNet 1.9.1 casts the storage into a float32 temporary first and fails its data type check (TBlob.get_with_shape: Expected: float v.s. given {}) for any value dtype but float32",
-            label(stored.stype()),
-            from.name(),
-            stored.ctx(),
-            label(out.stype()),
-            out.ctx(),
-            from.name()
-        );
-    }
-    Ok(())
 }
 
 /// A row_sparse stored value as it was before an updater ran: its parts

@@ -5,9 +5,11 @@
 
 use super::comm::CommKey;
 use super::keys::{KeyKind, Keys, KindLock, StrRegistry};
-use crate::bail;
 use crate::error::{Error, Result};
+use crate::ndarray::dtype::DType;
+use crate::ndarray::Context;
 use crate::ndarray::{NDArray, StorageType};
+use crate::{bail, ensure};
 use parking_lot::{Mutex, ReentrantMutex, RwLock, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -108,6 +110,56 @@ pub fn check_local_init_value(v: &NDArray) -> Result<()> {
         }),
         _ => check_value(v, "init"),
     }
+}
+
+/// MXNet's `CopyFromToImpl` between storage types, from a value of storage
+/// type `stype`, dtype `dtype` on `ctx` (a store's value, on cpu_pinned(0))
+/// into `out` of another storage type: on one context it casts the storage
+/// straight into the output, whose dtype must be the value's; across
+/// contexts into a temporary of the output's storage type and dtype
+/// float32, copied over with the values converted. Both casts check their
+/// data type and fail (in MXNet at the next wait, leaving the output as it
+/// was or, on one context, partly overwritten or crashing); here before
+/// anything is written. Shared by the local and device stores' pulls and
+/// the dist store's `pull(ignore_sparse=False)`.
+pub fn check_cast_copy(
+    stype: StorageType,
+    dtype: DType,
+    ctx: Context,
+    out: &NDArray,
+) -> Result<()> {
+    fn label(stype: StorageType) -> &'static str {
+        match stype {
+            StorageType::Default => "dense",
+            StorageType::RowSparse => "row_sparse",
+            StorageType::Csr => "csr",
+            StorageType::Undefined => "undefined",
+        }
+    }
+    let (from, to) = (dtype, out.dtype());
+    if ctx == out.ctx() {
+        ensure!(
+            from == to,
+            "copying a {} {} value into a {} {} output on the same context ({}), a dtype change: MXNet 1.9.1 casts the storage into the output and fails its data type check (TBlob.get_with_shape: data type do not match)",
+            label(stype),
+            from.name(),
+            label(out.stype()),
+            to.name(),
+            out.ctx()
+        );
+    } else {
+        ensure!(
+            from == DType::F32,
+            "copying a {} {} value on {} into a {} output on {}: MXNet 1.9.1 casts the storage into a float32 temporary first and fails its data type check (TBlob.get_with_shape: Expected: float v.s. given {}) for any value dtype but float32",
+            label(stype),
+            from.name(),
+            ctx,
+            label(out.stype()),
+            out.ctx(),
+            from.name()
+        );
+    }
+    Ok(())
 }
 
 /// Keys → entries. Lock order: `strs`, then `entries`.
