@@ -57,7 +57,19 @@ W2 = dense_parts([[0, -1, 0, 3, 0], [0, 0, 0, 0, 0]]) + ((2, 5),)
 OPERANDS = {'A': A, 'B': B, 'Z': Z, 'U': U, 'S': S, 'D': D, 'W': W, 'W2': W2}
 
 
+RSP = {'R': (np.array([[1, 2, 0, 0], [0, 5, 6, -1.5]]), np.array([0, 2])),
+       'RS': (np.array([[INF, NAN, -0.0, 1e-30], [0, 0, 0, 0], [-INF, 2, 0.5, -7]]),
+              np.array([0, 1, 3])),
+       'RZ': (np.zeros((0, 4)), np.zeros(0, np.int64))}
+
+
 def make(name, dtype, ctx):
+    if name == '-':
+        return None
+    if name in RSP:
+        data, idx = RSP[name]
+        return nd.sparse.row_sparse_array((data.astype(dtype), idx), shape=(4, 4),
+                                          ctx=CTX[ctx], dtype=dtype)
     if name == 'E':  # abs of an all-zero csr array: indptr [] (CsrCsrOp's check fails)
         return abs(nd.sparse.zeros('csr', (4, 4), ctx=CTX[ctx], dtype=dtype))
     data, indices, indptr, shape = OPERANDS[name]
@@ -89,6 +101,29 @@ def imul(x, y):
 
 
 OPS = {
+    'x>1': lambda x, y: x > 1,
+    'x>0': lambda x, y: x > 0,
+    'x>-1': lambda x, y: x > -1,
+    'x>=0': lambda x, y: x >= 0,
+    'x>=1': lambda x, y: x >= 1,
+    'x<0': lambda x, y: x < 0,
+    'x<1': lambda x, y: x < 1,
+    'x<=0': lambda x, y: x <= 0,
+    'x<=-2': lambda x, y: x <= -2,
+    'x==0': lambda x, y: x == 0,
+    'x==2': lambda x, y: x == 2,
+    'x!=0': lambda x, y: x != 0,
+    'x!=2': lambda x, y: x != 2,
+    'x==-0.0': lambda x, y: x == -0.0,
+    'x>nan': lambda x, y: x > NAN,
+    'x==nan': lambda x, y: x == NAN,
+    'x!=nan': lambda x, y: x != NAN,
+    'x>0.5': lambda x, y: x > 0.5,
+    'x<-0.5': lambda x, y: x < -0.5,
+    'x<1e-50': lambda x, y: x < 1e-50,
+    'x>-1e-50': lambda x, y: x > -1e-50,
+    '2>x': lambda x, y: 2 > x,
+    '0<x': lambda x, y: 0 < x,
     'x+y': lambda x, y: x + y,
     'x-y': lambda x, y: x - y,
     'x*y': lambda x, y: x * y,
@@ -154,3 +189,23 @@ def test_csr_csr_arithmetic_matches_mxnet():
     assert ref['x+y|A|B|float32|p|c'][0] == 'cpu(0)'
     assert ref['x*y|S|A|float32|c|c'][1] == 'csr'
     assert ref['x+y|E|A|float32|c|c'] == 'raise MXNetError'
+
+
+COMPARE_OPS = ['x>1', 'x>0', 'x>-1', 'x>=0', 'x>=1', 'x<0', 'x<1', 'x<=0', 'x<=-2', 'x==0',
+               'x==2', 'x!=0', 'x!=2', 'x==-0.0', 'x>nan', 'x==nan', 'x!=nan', 'x>0.5',
+               'x<-0.5', 'x<1e-50', 'x>-1e-50', '2>x', '0<x']
+
+
+def test_sparse_scalar_comparisons_match_mxnet():
+    """row_sparse / csr compared with a number: MXNet keeps the storage type and the
+    structure where op(0, scalar) == 0 (in double), else a dense result (a fallback);
+    mxkv gave dense results for all"""
+    cases = [[op, x, '-', dtype, ctx, 'c'] for op in COMPARE_OPS
+             for x in ['A', 'Z', 'U', 'S', 'E', 'R', 'RS', 'RZ']
+             for dtype in ['float32', 'float16', 'float64'] for ctx in ['c', 'p']]
+    cases += [[op, x, '-', dtype, 'c', 'c'] for op in COMPARE_OPS for x in ['A', 'R']
+              for dtype in ['int32', 'uint8']]
+    ref = _compare(cases)
+    assert ref['x>1|A|-|float32|p|c'][:2] == ['cpu(0)', 'csr']
+    assert ref['x>1|R|-|float16|c|c'][1] == 'row_sparse'
+    assert ref['x<1|R|-|float32|c|c'][1] == 'default'

@@ -911,6 +911,13 @@ class NDArray(object):
                 # MXNet's __radd__ is __add__): a csr array of its structure
                 from .sparse import _csr_scalar
                 return _csr_scalar(self, other, ufunc, reverse and ufunc is not np.add)
+            if self._is_sparse and out is None and ufunc in _COMPARISONS:
+                # _equal_scalar, _greater_scalar, ... of a sparse array: its storage type
+                # and structure where op(0, scalar) == 0 (in double), else a fallback
+                from .sparse import _sparse_compare_scalar
+                res = _sparse_compare_scalar(self, other, ufunc, reverse)
+                if res is not None:
+                    return res
             if self._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
             rhs = self._scalar(other)
@@ -1315,6 +1322,9 @@ def _comparison(np_fn):
 _EQUAL, _NOT_EQUAL = _comparison(np.equal), _comparison(np.not_equal)
 _LESS, _LESS_EQUAL = _comparison(np.less), _comparison(np.less_equal)
 _GREATER, _GREATER_EQUAL = _comparison(np.greater), _comparison(np.greater_equal)
+_COMPARISONS = {_EQUAL: np.equal, _NOT_EQUAL: np.not_equal, _LESS: np.less,
+                _LESS_EQUAL: np.less_equal, _GREATER: np.greater,
+                _GREATER_EQUAL: np.greater_equal}
 
 
 def _extremum(compare, nan_passes):

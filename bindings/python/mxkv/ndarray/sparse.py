@@ -1113,6 +1113,31 @@ def _csr_csr(lhs, rhs, ufunc):
                            lhs.dtype)
 
 
+def _sparse_compare_scalar(arr, scalar, ufunc, reverse):
+    """MXNet 1.9.1's _equal_scalar / _not_equal_scalar / _greater_scalar / ... of a
+    row_sparse or csr array (BinaryScalarLogicStorageType): when op(0, scalar) == 0,
+    computed in double with the scalar parameter, the result has the array's storage
+    type and structure (the parts copied, each stored value compared with
+    DType(scalar), as _mul_scalar's MapToFCompute); None otherwise (MXNet's storage
+    fallback: a dense result)"""
+    from .._numerics import dmlc_double
+    from .ndarray import _COMPARISONS
+    alpha = dmlc_double(float(scalar), 'scalar')
+    zero = np.float64(0.0)
+    with np.errstate(all='ignore'):
+        at_zero = _COMPARISONS[ufunc](alpha, zero) if reverse else \
+            _COMPARISONS[ufunc](zero, alpha)
+    if at_zero:
+        return None
+    if isinstance(arr, CSRNDArray):
+        return _csr_scalar(arr, scalar, ufunc, reverse)
+    data, idx = arr._parts()
+    with _dense.array(data, ctx=arr.context, dtype=arr.dtype) as data_nd:
+        with data_nd._binary(scalar, ufunc, reverse=reverse) as res:
+            values = _dense_raw(res)
+    return _from_parts(values, idx, arr.shape, _dense._op_context(arr.context), arr.dtype)
+
+
 def _csr_scalar(csr, scalar, ufunc, reverse):
     """_mul_scalar / _div_scalar of a csr array, as MXNet: the result keeps the array's
     structure (a stored value that becomes 0 stays stored), each stored value computed
