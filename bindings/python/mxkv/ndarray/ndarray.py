@@ -1620,6 +1620,14 @@ def clip(data, a_min, a_max, out=None):
     kernel = _clip_kernel(lo, hi)
     if out is None and data.stype == 'row_sparse' and lo <= 0 <= hi:
         return data._unary_rsp(kernel)
+    if out is None and data.stype == 'csr':
+        if lo <= 0 <= hi:  # MXNet's ClipEx: a csr array of its structure
+            from .sparse import _csr_unary
+            return _csr_unary(data, kernel, copy_empty=True)
+        # (MXNet's storage type inference fails: no dense fallback for a csr input)
+        raise MXNetError('Operator not implemented: clip of a csr array with a_min %r, '
+                         'a_max %r (MXNet keeps csr only for a_min <= 0 <= a_max)'
+                         % (float(lo), float(hi)))
     return data._unary(kernel, out)
 
 

@@ -1150,13 +1150,14 @@ def _csr_scalar(csr, scalar, ufunc, reverse):
                            _dense._op_context(csr.context), csr.dtype)
 
 
-def _csr_unary(csr, ufunc):
+def _csr_unary(csr, ufunc, copy_empty=False):
     """abs, sqrt, square, sign of a csr array, as MXNet: a csr array of its structure,
     each stored value computed as the dense operator computes it.  No stored value:
     MXNet's UnaryOp::ComputeEx does nothing, so the result keeps a new array's empty
-    parts (indptr too: ``[]``, not rows + 1 zeros)"""
+    parts (indptr too: ``[]``, not rows + 1 zeros); with `copy_empty` (clip's ClipEx,
+    which maps straight to the dense kernel) the parts are copied as they are"""
     data, indptr, indices = csr._raw_parts()
-    if data.size == 0:
+    if data.size == 0 and not copy_empty:
         return _csr_from_parts(data[:0], indptr[:0], indices[:0], csr.shape,
                                _dense._op_context(csr.context), csr.dtype)
     with _dense.array(data, ctx=csr.context, dtype=csr.dtype) as data_nd:
