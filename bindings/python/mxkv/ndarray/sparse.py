@@ -727,9 +727,9 @@ class CSRNDArray(BaseSparseNDArray):
         """MXNet's in-place operators of a CSRNDArray: (self op other).copyto(self)"""
         if isinstance(other, CSRNDArray) and not res._is_sparse and \
                 res.context != self.context:
-            # MXNet's csr op csr is a csr array (mxkv's a dense one), whose copy across
-            # contexts keeps its dtype: copy the dense result over first, on one context
-            # a dense -> csr copy needs only the same dtype
+            # a dense result of csr op csr (csr / csr, a storage fallback; +, -, * give
+            # csr arrays as in MXNet): copy it over first, on one context a dense -> csr
+            # copy needs only the same dtype
             res, moved = res.copyto(self.context), res
             moved.close()
         try:
