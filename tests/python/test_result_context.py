@@ -28,9 +28,9 @@ source's context for ``nd.array(ndarray)``, a row_sparse/csr result for ``nd.cas
 sparse array (MXNet's storage fallback gives a dense one) and succeeded on the dense
 ``tostype('default')``.
 
-Not covered here (storage-type gaps of their own, not contexts): csr + csr, csr - csr,
-csr * csr (MXNet: csr results), comparisons of sparse arrays with a scalar (MXNet: a
-sparse result), clip of a csr array, nd.zeros_like / ones_like (not in mxkv).
+Not covered here: the storage types of csr + csr, csr - csr, csr * csr, sparse
+comparisons with a scalar and clip of a csr array (tests/python/test_csr_op_stypes.py);
+nd.zeros_like / ones_like (not in mxkv).
 """
 import json
 import os
