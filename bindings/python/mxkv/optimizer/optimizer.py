@@ -87,6 +87,17 @@ def _check_dense(*arrays):
                              'weight\'s dtype)' % (i, dt.name, dtypes[0].name))
 
 
+def _check_real(weight):
+    """MSHADOW_REAL_TYPE_SWITCH of MXNet's optimizer kernels (sgd_update, adam_update,
+    multi_sgd_*, lamb_update_phase1, ...): an integer weight fails before the kernel
+    writes anything, with mshadow's text (uint8/int8 without the comma)"""
+    name = np.dtype(weight.dtype).name
+    if name in ('uint8', 'int8'):
+        raise MXNetError('This operation only support floating point types not %s' % name)
+    if name in ('int32', 'int64', 'bool'):
+        raise MXNetError('This operation only support floating point types, not %s' % name)
+
+
 def _errstate():
     return np.errstate(all='ignore')
 
@@ -452,6 +463,7 @@ def _csr_weight_grad(weight, grad):
 def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient, lazy_update=True):
     """sgd_update: out = (1 - lr*wd)*w - lr*clip(rescale*g) | - (lr*rescale)*g"""
     rows = _rsp_rows(weight, grad)
+    _check_real(weight)
     if rows is not None:
         _sgd_update_rsp(weight, grad, rows, lr, wd, rescale_grad, clip_gradient, lazy_update)
         return
@@ -471,6 +483,7 @@ def _sgd_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_grad
                     lazy_update=True):
     """sgd_mom_update: mom = m*mom - lr*wd*w - lr*rescale*g; out = w + mom"""
     rows = _rsp_rows(weight, grad, mom)
+    _check_real(weight)
     if rows is not None:
         _sgd_mom_update_rsp(weight, grad, mom, rows, lr, wd, momentum, rescale_grad,
                             clip_gradient, lazy_update)
@@ -490,6 +503,7 @@ def _multi_sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gr
     """multi_sgd_update / multi_sgd_mom_update for one weight: lrs and wds are Tuple<float>
     (strtof), the other parameters dmlc floats; mom=None means no momentum state."""
     _check_dense(weight, grad)
+    _check_real(weight)
     dt = np.dtype(weight.dtype)
     t_lr = dt.type(strtof(lr))
     t_wd = dt.type(strtof(wd))
@@ -516,6 +530,7 @@ def _nag_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_grad
     array than its weight input (MXNet's storage fallback for a row_sparse weight)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mom)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
     w, g, s = _views(weight, grad, mom)
     one = k.lit(1)
@@ -533,6 +548,7 @@ def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale
                  clip_gradient, lazy_update=True):
     """adam_update (AdamUpdateKernel)"""
     rows = _rsp_rows(weight, grad, mean, var)
+    _check_real(weight)
     if rows is not None:
         _adam_update_rsp(weight, grad, mean, var, rows, lr, wd, beta1, beta2, epsilon,
                          rescale_grad, clip_gradient, lazy_update)
@@ -597,6 +613,7 @@ def _signsgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient):
     """signsgd_update (clip_gradient and rescale_grad have no effect)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
     w, g = _views(weight, grad)
     one = k.lit(1.0)
@@ -608,6 +625,7 @@ def _signum_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradi
     """signum_update (SignumKernel)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mom)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient,
            wd_lh=wd_lh)
     w, g, s = _views(weight, grad, mom)
@@ -662,6 +680,7 @@ def _ftml_update(weight, grad, d, v, z, lr, wd, beta1, beta2, epsilon, t, rescal
     """ftml_update (FTMLKernel; epsilon is a double parameter, t an int)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, d, v, z)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, b1=beta1, b2=beta2, rescale=rescale_grad,
            clip=clip_grad)
     dt = k.dt.type
@@ -715,6 +734,7 @@ def _multi_lamb_update(weight, grad, mean, var, lr, wd, step, beta1, beta2, epsi
     else:
         grad = _fallback_grad(weight, grad)
         _check_dense(weight, grad, mean, var)
+        _check_real(weight)
         k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, clip=clip_gradient)
         w, g, m, v = _views(weight, grad, mean, var)
         w16 = w
@@ -826,6 +846,7 @@ def _preloaded_multi_sgd(weight, grad, mom, lr, wd, momentum, rescale_grad, clip
     wd are float32 array elements (float arithmetic, mixed with the weight's dtype as C++
     promotes it), the other parameters dmlc floats; mom=None: no momentum state"""
     _check_dense(weight, grad)
+    _check_real(weight)
     dt = np.dtype(weight.dtype)
     f32 = np.float32
     k = _K(dt, m=momentum, rescale=rescale_grad, clip=clip_gradient)
@@ -868,6 +889,7 @@ def _mp_arrays(weight, grad, weight32, *states):
     fallback)"""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad)
+    _check_real(weight)
     for arr in (weight32,) + tuple(s for s in states if s is not None):
         if arr.stype != 'default':
             raise MXKVUsageError('mxkv optimizers support dense arrays only (got %s)'
@@ -1023,6 +1045,7 @@ def _lamb_update_phases(weight, grad, mean, var, lr, wd, t, beta1, beta2, epsilo
     too (mshadow's nrm2 reducer accumulates in the array's dtype)."""
     grad = _fallback_grad(weight, grad)
     _check_dense(weight, grad, mean, var)
+    _check_real(weight)
     k = _K(weight.dtype, b1=beta1, b2=beta2, eps=epsilon, wd=wd, rescale=rescale_grad,
            clip=clip_gradient, lr=lr, lower=lower_bound, upper=upper_bound)
     dt = k.dt.type
