@@ -20,6 +20,15 @@ error raised by the Python updater (type inference, DCASGD's ambiguous truth val
 mxkv raises it from the push (README deviation: an updater that fails); such a case is
 accepted when the same case fails through the Updater and the weights agree.  Nadam is left
 out: its integer update divides by zero, which kills MXNet with SIGFPE.
+
+MXNet's kernels fail in its engine, after the Python call returned: an Updater given
+several weights (or a store pushing several keys) goes on with the others and the error
+comes at the next wait.  mxkv's Updater stopped at the first integer weight, leaving the
+float weights after it (in another dtype group, or any later one without aggregation)
+not updated.  (Not emulated: a failed kernel that takes one of MXNet's 4 round-robin temp
+space copies (adam_update, the LAMB phases, LARS's multi_sum_sq) poisons that copy's engine
+variable until the next wait, so the 4th, 8th... such kernel after it is skipped; those
+cases are left out.)
 """
 import json
 import os
@@ -102,7 +111,39 @@ def run(name, kwargs, dtype, path, values):
     return out
 
 
-print(json.dumps([run(*case) for case in cases]))
+def mixed(name, kwargs, path, dtypes):
+    """one Updater call (or one store push) for several weights of `dtypes`"""
+    opt = mx.optimizer.create(name, **kwargs)
+    rng = np.random.RandomState(3)
+    weights = [nd.array(rng.randint(-5, 6, size=(3,)), dtype=dt) for dt in dtypes]
+    grads = [nd.array(rng.randint(-5, 6, size=(3,)), dtype=dt) for dt in dtypes]
+    keys = list(range(len(dtypes)))
+    out = {}
+    upd = None
+    try:
+        if path == 'updater':
+            upd = mx.optimizer.get_updater(opt)
+            upd(keys, grads, weights)
+        else:
+            kv = mx.kv.create(path)
+            kv.set_optimizer(opt)
+            kv.init(keys, weights)
+            kv.push(keys, grads)
+        nd.waitall()
+    except Exception as exc:
+        out['error'] = [c.__name__ for c in type(exc).__mro__]
+        out['text'] = last_line(exc)
+    if path != 'updater':
+        kv.pull(keys, out=weights)
+        nd.waitall()
+    out['weights'] = bits(weights)
+    out['states'] = bits([upd.states.get(k) for k in keys]) if upd is not None else []
+    out['counts'] = sorted(opt._index_update_count.items()) if upd is not None else []
+    return out
+
+
+print(json.dumps([mixed(*case[1:]) if case[0] == 'mixed' else run(*case)
+                  for case in cases]))
 '''
 
 FLOAT_CHECK = 'This operation only support floating point types'
@@ -130,9 +171,9 @@ CASES = [[name, dict(kwargs, learning_rate=lr), dtype, path, VALUES[dtype]]
          for path in ('opt', 'updater', 'kv')]
 
 
-def _run(python, lib):
+def _run(python, lib, cases=None):
     env = dict(os.environ, PYTHONPATH=BINDINGS)
-    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(CASES)], env=env,
+    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(cases or CASES)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -166,3 +207,30 @@ def test_optimizers_on_integer_weights_fail_or_compute_as_mxnet():
                 r['weights'], g['weights'])))
     assert not diffs, '%d of %d cases differ:\n%s' % (
         len(diffs), len(CASES), '\n'.join('%s: %s' % d for d in diffs))
+
+
+TEMP_SPACE = ('adam', 'lamb', 'lars')   # kernels with MXNet's round-robin temp space
+MIXED_CASES = [['mixed', name, dict(kwargs, learning_rate=0.5), path, dtypes]
+               for name, kwargs in [('sgd', {}), ('sgd', {'momentum': 0.9}), ('nag', {}),
+                                    ('adam', {}), ('signum', {}), ('ftml', {}),
+                                    ('lamb', {}), ('lars', {}), ('lbsgd', {})]
+               for path in ('updater', 'local', 'device')
+               for dtypes in (['int32', 'float32', 'int64', 'float64'],
+                              ['float32', 'uint8', 'float32', 'float32', 'float32',
+                               'float32', 'int32'],
+                              ['float16', 'int8', 'float64'])
+               if len(dtypes) < 5 or name not in TEMP_SPACE]
+
+
+def test_an_integer_weight_among_others_fails_after_the_others_are_updated():
+    ref = _run(REF_PYTHON, 'mxnet', MIXED_CASES)
+    got = _run(sys.executable, 'mxkv', MIXED_CASES)
+    diffs = []
+    for case, r, g in zip(MIXED_CASES, ref, got):
+        if r.get('error', [None])[0] not in g.get('error', [None]) or \
+                r.get('text') != g.get('text'):
+            diffs.append((case, 'errors differ: %r vs %r' % (r.get('text'), g.get('text'))))
+        elif dict(r, error=None) != dict(g, error=None):
+            diffs.append((case, 'weights, states or counts differ'))
+    assert not diffs, '%d of %d cases differ:\n%s' % (
+        len(diffs), len(MIXED_CASES), '\n'.join('%s: %s' % d for d in diffs))

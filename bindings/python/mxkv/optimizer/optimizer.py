@@ -87,15 +87,24 @@ def _check_dense(*arrays):
                              'weight\'s dtype)' % (i, dt.name, dtypes[0].name))
 
 
+def _kernel_error(text):
+    """an MXNetError of a kernel that MXNet's engine fails after the operator's Python call
+    returned: an Updater goes on with its other weights, as MXNet's Python does, and
+    raises it at the end"""
+    err = MXNetError(text)
+    err.mxkv_engine_failure = True
+    return err
+
+
 def _check_real(weight):
     """MSHADOW_REAL_TYPE_SWITCH of MXNet's optimizer kernels (sgd_update, adam_update,
     multi_sgd_*, lamb_update_phase1, ...): an integer weight fails before the kernel
     writes anything, with mshadow's text (uint8/int8 without the comma)"""
     name = np.dtype(weight.dtype).name
     if name in ('uint8', 'int8'):
-        raise MXNetError('This operation only support floating point types not %s' % name)
+        raise _kernel_error('This operation only support floating point types not %s' % name)
     if name in ('int32', 'int64', 'bool'):
-        raise MXNetError('This operation only support floating point types, not %s' % name)
+        raise _kernel_error('This operation only support floating point types, not %s' % name)
 
 
 def _errstate():
@@ -2350,6 +2359,7 @@ class Updater(object):
             elif not self.states_synced[idx]:
                 self.states[idx] = self.sync_state_context(self.states[idx], weights[i].context)
                 self.states_synced[idx] = True
+        failed = []   # kernels MXNet's engine fails after the loop went on (raised last)
         if self.aggregate_updates:
             by_type = {}
             for i, w, g in zip(indices, weights, grads):
@@ -2358,13 +2368,25 @@ class Updater(object):
             for group in by_type.values():
                 idxs, ws, gs = zip(*group)
                 for start in range(0, len(idxs), step):
-                    self.optimizer.update_multi_precision(
-                        list(idxs[start:start + step]), list(ws[start:start + step]),
-                        list(gs[start:start + step]),
-                        [self.states[j] for j in idxs[start:start + step]])
+                    try:
+                        self.optimizer.update_multi_precision(
+                            list(idxs[start:start + step]), list(ws[start:start + step]),
+                            list(gs[start:start + step]),
+                            [self.states[j] for j in idxs[start:start + step]])
+                    except MXNetError as err:
+                        if not getattr(err, 'mxkv_engine_failure', False):
+                            raise
+                        failed.append(err)
         else:
             for i, w, g in zip(indices, weights, grads):
-                self.optimizer.update_multi_precision(i, w, g, self.states[i])
+                try:
+                    self.optimizer.update_multi_precision(i, w, g, self.states[i])
+                except MXNetError as err:
+                    if not getattr(err, 'mxkv_engine_failure', False):
+                        raise
+                    failed.append(err)
+        if failed:
+            raise failed[0]
 
     def sync_state_context(self, state, context):
         """Move states onto `context` (after loading them)."""
