@@ -118,7 +118,10 @@ impl Comm {
     }
 
     /// `Comm::Init` of new keys: a device comm places merge buffers again
-    /// at the next multi-value push.
+    /// at the next multi-value push. MXNet calls `CommDevice::Init` once per
+    /// key and each call clears `inited_`, so a call with no keys (an
+    /// `init([], [])`, a `broadcast` of no keys) leaves the placed buffers,
+    /// and the way `broadcast` writes outputs, as they were.
     pub fn init<'a>(&self, keys: impl IntoIterator<Item = &'a Arc<CommKey>>) {
         if self.device {
             let mut d = self.devices.lock();
@@ -126,8 +129,8 @@ impl Comm {
                 let pos = d.keys.len();
                 d.sorted.push((pos, key.size));
                 d.keys.push(key.clone());
+                d.ready = false;
             }
-            d.ready = false;
         }
     }
 
@@ -464,6 +467,31 @@ mod tests {
             assert_eq!((get(&x), get(&y)), (vec![2.0], vec![1e8 + 1.0]));
             assert!(!x.same(&comm.reduce(&key, &[&a, &a], None).unwrap()));
         }
+    }
+
+    #[test]
+    fn an_init_of_no_keys_keeps_the_merge_buffers_placed() {
+        // key 1 with outputs [f32, i32]: before the buffers are placed the
+        // i32 output (1 % 2) is written first and the f32 one copied from
+        // it (0.0); once placed, each output is copied from the value (0.5)
+        let comm = Comm::new(true);
+        let key = CommKey::new(&arr(&[0.0]));
+        let i32_out = || NDArray::zeros(Shape(vec![1]), DType::I32, Context::CPU0).unwrap();
+        let pull = |comm: &Comm| {
+            let (f, i) = (arr(&[-3.0]), i32_out());
+            comm.broadcast(1, &arr(&[0.5]), &[&f, &i]).unwrap();
+            get(&f)
+        };
+        comm.init([&key]);
+        assert_eq!(pull(&comm), vec![0.0]);
+        comm.reduce(&key, &[&arr(&[1.0]), &arr(&[2.0])], None)
+            .unwrap();
+        assert_eq!(pull(&comm), vec![0.5]);
+        comm.init(std::iter::empty::<&Arc<CommKey>>());
+        assert_eq!(pull(&comm), vec![0.5], "after an init of no keys");
+        let other = CommKey::new(&arr(&[0.0]));
+        comm.init([&other]);
+        assert_eq!(pull(&comm), vec![0.0], "after an init of a new key");
     }
 
     #[test]
