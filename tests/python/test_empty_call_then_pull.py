@@ -7,6 +7,9 @@ of no keys, and a later multi-key pull wrote float16/float64 outputs from the in
 (all zeros instead of -0.3, 0.07; found by the scenario fuzz). Each case runs through MXNet
 and mxkv and compares the outputs bit for bit.
 """
+import json
+import re
+
 import pytest
 
 EMPTY = {
@@ -61,3 +64,24 @@ def test_a_call_of_no_keys_changes_no_later_pull(both, kind, empty, final, place
     want = _scenario(mxnet, kind, empty, final, placed)
     got = _scenario(mxkv, kind, empty, final, placed)
     assert got == want
+
+
+def _dist_run(lib, kvtype):
+    from test_dist import launch  # pylint: disable=import-outside-toplevel
+    code, out = launch('empty_call_worker.py', 1, 1,
+                       {'T_LIB': lib, 'T_KVTYPE': kvtype, 'OMP_NUM_THREADS': '1'},
+                       timeout=120, node_timeout=60)
+    out = out.decode() if isinstance(out, bytes) else out
+    found = re.findall(r'^(?:\[worker 0\] )?RESULT (.*)$', out, re.M)
+    assert code == 0 and len(found) == 1, out[-5000:]
+    return json.loads(found[0])
+
+
+# dist_device_sync writes a pull's outputs through the same device comm (MXNet's
+# KVStoreDist: comm_->Broadcast); dist_sync copies the value into each output.
+@pytest.mark.parametrize('kvtype', ['dist_device_sync', 'dist_sync'])
+def test_a_call_of_no_keys_changes_no_later_dist_pull(kvtype):
+    from test_dist import _has_mxnet  # pylint: disable=import-outside-toplevel
+    if not _has_mxnet():
+        pytest.skip('no mxnet 1.9.1 in this Python (make venv-ref)')
+    assert _dist_run('mxkv', kvtype) == _dist_run('mxnet', kvtype)
