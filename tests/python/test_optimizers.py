@@ -111,7 +111,7 @@ def test_float64_weights_with_float32_states_fail(both, name):
     operators reject the mix (inside the updater callback, where ctypes prints and
     swallows the error); mxkv rejects it too and re-raises it from kv.push"""
     _, mxkv = both
-    with pytest.raises(mxkv.base.MXNetError, match='dtype'):
+    with pytest.raises(mxkv.base.MXNetError, match='Incompatible attr'):
         trajectory(mxkv, name, {}, dtype='float64')
 
 

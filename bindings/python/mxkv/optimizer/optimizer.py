@@ -75,16 +75,25 @@ def _views(weight, grad, *states):
     return (w, g) + tuple(s._arith_view(write=True) for s in states)
 
 
-def _check_dense(*arrays):
-    """dense arrays, all of the first one's dtype (MXNet's type inference rejects mixes)"""
+def _check_dense(*arrays, **kwargs):
+    """dense arrays, all of the first one's dtype (MXNet's type inference, ElemwiseType,
+    rejects mixes: its text names the operator input, `positions` when `arrays` are not
+    the operator's first inputs in order)"""
     for arr in arrays:
         if arr.stype != 'default':
             raise MXKVUsageError('mxkv optimizers support dense arrays only (got %s)' % arr.stype)
+    positions = kwargs.get('positions') or range(len(arrays))
     dtypes = [np.dtype(arr.dtype) for arr in arrays]
-    for i, dt in enumerate(dtypes[1:], 1):
+    for pos, dt in list(zip(positions, dtypes))[1:]:
         if dt != dtypes[0]:
-            raise MXNetError('Incompatible attr: input %d has dtype %s, expected %s (the '
-                             'weight\'s dtype)' % (i, dt.name, dtypes[0].name))
+            raise _type_error(pos, dtypes[0], dt)
+
+
+def _type_error(pos, expected, got):
+    """MXNet's ElemwiseType failure for operator input `pos`"""
+    return MXNetError('Check failed: assign(&dattr, vec.at(i)): Incompatible attr in node  at '
+                      '%d-th input: expected %s, got %s' % (pos, np.dtype(expected).name,
+                                                            np.dtype(got).name))
 
 
 def _kernel_error(text):
@@ -262,7 +271,7 @@ def _rsp_rows(weight, grad, *states):
         raise MXKVUsageError('mxkv optimizers update dense weights from dense or row_sparse '
                              'gradients (got a %s weight and a %s gradient)'
                              % (weight.stype, grad.stype))
-    _check_dense(weight, *states)
+    _check_dense(weight, *states, positions=[0] + list(range(2, 2 + len(states))))
     if np.dtype(grad.dtype) != np.dtype(weight.dtype):
         raise MXNetError('Incompatible attr: the gradient has dtype %s, expected %s (the '
                          'weight\'s dtype)' % (np.dtype(grad.dtype).name,
@@ -667,7 +676,7 @@ def _ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gr
                  lazy_rows=None):
     """ftrl_update: dense (FtrlUpdateKernel), or with `lazy_rows` (the row_sparse kernel
     for a row_sparse weight, gradient and states) on the gradient's rows only"""
-    _check_dense(weight, z, n)
+    _check_dense(weight, z, n, positions=(0, 2, 3))
     k = _K(weight.dtype, lr=lr, wd=wd, lamda1=lamda1, beta=beta, rescale=rescale_grad,
            clip=clip_gradient)
     with _errstate():
@@ -1552,6 +1561,8 @@ class AdaGrad(Optimizer):
                                        self._clip_param())
             return
         if weight.stype == 'default' and getattr(state, 'stype', None) == 'default':
+            if np.dtype(grad.dtype) != np.dtype(state.dtype):   # history[:] += square(grad)
+                raise _type_error(1, state.dtype, grad.dtype)
             _check_dense(weight, grad, state)
         history = state   # (not an NDArray: `history[:] += ...` raises MXNet's TypeError)
         grad = grad * self.rescale_grad
@@ -1624,6 +1635,8 @@ class AdaDelta(Optimizer):
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
         acc_g, acc_delta = state
         acc_g[:] *= self.rho
+        if isinstance(acc_g, NDArray) and np.dtype(acc_g.dtype) != np.dtype(grad.dtype):
+            raise _type_error(1, acc_g.dtype, grad.dtype)   # acc_g[:] += ... * grad * grad
         acc_g[:] += (1. - self.rho) * grad * grad
         current_delta = sqrt(acc_delta + self.epsilon) / sqrt(acc_g + self.epsilon) * grad
         acc_delta[:] *= self.rho
