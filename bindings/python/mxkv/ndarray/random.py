@@ -236,7 +236,9 @@ def _compiled_normals(bank, n, ftype):
     assert key.flags.c_contiguous and key.dtype == _U32 and key.shape == (_NUM_STATES, _MT_N)
     assert pos.flags.c_contiguous and pos.dtype == np.int64 and pos.shape == (_NUM_STATES,)
     res = np.empty(n, dtype=ftype)
-    check_call(fn(0 if ftype == np.float32 else 1, key.ctypes.data, pos.ctypes.data,
+    check_call(fn(0 if ftype == np.float32 else 1,
+                  key.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
+                  pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
                   _NUM_STATES, n, res.ctypes.data))
     return res
 
