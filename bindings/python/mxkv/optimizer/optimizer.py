@@ -481,11 +481,12 @@ def _csr_weight_grad(weight, grad):
 def _sgd_update(weight, grad, lr, wd, rescale_grad, clip_gradient, lazy_update=True):
     """sgd_update: out = (1 - lr*wd)*w - lr*clip(rescale*g) | - (lr*rescale)*g"""
     rows = _rsp_rows(weight, grad)
-    _check_real(weight)
     if rows is not None:
+        _check_real(weight)
         _sgd_update_rsp(weight, grad, rows, lr, wd, rescale_grad, clip_gradient, lazy_update)
         return
     _check_dense(weight, grad)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, rescale=rescale_grad, clip=clip_gradient)
     w, g = _views(weight, grad)
     one = k.lit(1.0)
@@ -501,12 +502,13 @@ def _sgd_mom_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_grad
                     lazy_update=True):
     """sgd_mom_update: mom = m*mom - lr*wd*w - lr*rescale*g; out = w + mom"""
     rows = _rsp_rows(weight, grad, mom)
-    _check_real(weight)
     if rows is not None:
+        _check_real(weight)
         _sgd_mom_update_rsp(weight, grad, mom, rows, lr, wd, momentum, rescale_grad,
                             clip_gradient, lazy_update)
         return
     _check_dense(weight, grad, mom)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, m=momentum, rescale=rescale_grad, clip=clip_gradient)
     w, g, s = _views(weight, grad, mom)
     with _errstate():
@@ -566,12 +568,13 @@ def _adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale
                  clip_gradient, lazy_update=True):
     """adam_update (AdamUpdateKernel)"""
     rows = _rsp_rows(weight, grad, mean, var)
-    _check_real(weight)
     if rows is not None:
+        _check_real(weight)
         _adam_update_rsp(weight, grad, mean, var, rows, lr, wd, beta1, beta2, epsilon,
                          rescale_grad, clip_gradient, lazy_update)
         return
     _check_dense(weight, grad, mean, var)
+    _check_real(weight)
     k = _K(weight.dtype, lr=lr, wd=wd, b1=beta1, b2=beta2, eps=epsilon, rescale=rescale_grad,
            clip=clip_gradient)
     w, g, m, v = _views(weight, grad, mean, var)
@@ -676,6 +679,8 @@ def _ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gr
                  lazy_rows=None):
     """ftrl_update: dense (FtrlUpdateKernel), or with `lazy_rows` (the row_sparse kernel
     for a row_sparse weight, gradient and states) on the gradient's rows only"""
+    if lazy_rows is None and np.dtype(grad.dtype) != np.dtype(weight.dtype):
+        raise _type_error(1, weight.dtype, grad.dtype)   # (input 1 is inferred first)
     _check_dense(weight, z, n, positions=(0, 2, 3))
     k = _K(weight.dtype, lr=lr, wd=wd, lamda1=lamda1, beta=beta, rescale=rescale_grad,
            clip=clip_gradient)
@@ -1563,13 +1568,14 @@ class AdaGrad(Optimizer):
         if weight.stype == 'default' and getattr(state, 'stype', None) == 'default':
             if np.dtype(grad.dtype) != np.dtype(state.dtype):   # history[:] += square(grad)
                 raise _type_error(1, state.dtype, grad.dtype)
-            _check_dense(weight, grad, state)
         history = state   # (not an NDArray: `history[:] += ...` raises MXNet's TypeError)
         grad = grad * self.rescale_grad
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
         history[:] += square(grad)
         div = grad / sqrt(history + self.float_stable_eps)
+        if isinstance(weight, NDArray) and np.dtype(weight.dtype) != np.dtype(div.dtype):
+            raise _type_error(1, div.dtype, weight.dtype)   # div + weight * wd (history written)
         weight[:] += (div + weight * wd) * -lr
 
 
@@ -1628,8 +1634,6 @@ class AdaDelta(Optimizer):
         _assert_ndarrays(weight, grad)
         wd = self._get_wd(index)
         self._update_count(index)
-        if grad.stype == 'default' and weight.stype == 'default':
-            _check_dense(weight, grad)  # (row_sparse arrays go through the NDArray ops)
         grad *= self.rescale_grad
         if self.clip_gradient is not None:
             grad = clip(grad, -self.clip_gradient, self.clip_gradient)
@@ -1641,6 +1645,8 @@ class AdaDelta(Optimizer):
         current_delta = sqrt(acc_delta + self.epsilon) / sqrt(acc_g + self.epsilon) * grad
         acc_delta[:] *= self.rho
         acc_delta[:] += (1. - self.rho) * current_delta * current_delta
+        if isinstance(weight, NDArray) and np.dtype(weight.dtype) != np.dtype(current_delta.dtype):
+            raise _type_error(1, current_delta.dtype, weight.dtype)  # (states written, as MXNet)
         weight[:] -= current_delta + wd * weight
 
 
