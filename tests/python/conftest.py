@@ -4,7 +4,9 @@ The library under test is chosen with MXKV_LIBRARY_PATH (default: the build
 folder, target/release/libmxkv.so).  Pointing it at the venv's libmxnet.so
 validates the binding against real MXNet.
 """
+import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +18,18 @@ if BINDINGS not in sys.path:
     sys.path.insert(0, BINDINGS)
 
 CACHE = os.environ.get('MXKV_CACHE', os.path.join(REPO, '.cache'))
+REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')  # MXNet 1.9.1's venv
+
+
+def run_child(python, child, lib, cases, env=None):
+    """Run the script `child` under `python` with argv ['mxnet' or 'mxkv', JSON of
+    `cases`] (the bindings on its path, `env` added to the environment) and return the
+    JSON its last output line holds; it must exit 0 within 600 s."""
+    full_env = dict(os.environ, PYTHONPATH=BINDINGS, **(env or {}))
+    proc = subprocess.run([python, '-c', child, lib, json.dumps(cases)], env=full_env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def bits(value):

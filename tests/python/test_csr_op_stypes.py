@@ -11,14 +11,10 @@ summed from +0.  Before: mxkv gave dense arrays (and -0.0 where MXNet stores not
 Only the first indptr[-1] indices and values are compared: MXNet allocates lhs nnz + rhs
 nnz of them and leaves the rest unwritten.
 """
-import json
-import os
-import subprocess
 import sys
 
-from conftest import BINDINGS, REPO
+from conftest import REF_PYTHON, run_child
 
-REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 
 CHILD = r'''
 import json, sys, warnings
@@ -166,11 +162,7 @@ CSR_CSR_OPS = ['x+y', 'x-y', 'x*y', 'x+x', 'x-x', 'x*x', 'sp.add', 'sp.subtract'
 
 
 def _run(python, lib, cases):
-    env = dict(os.environ, PYTHONPATH=BINDINGS)
-    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(cases)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(python, CHILD, lib, cases)
 
 
 def _compare(cases):

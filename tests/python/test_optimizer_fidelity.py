@@ -29,16 +29,12 @@ its own way), or the same bits of every result.
    rates (and Factor, MultiFactor, the warmup) differed from MXNet's in their last bits
    and type.  Each rate is compared with its type.
 """
-import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import BINDINGS, REPO
+from conftest import REF_PYTHON, run_child
 
-REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 
 CHILD = r'''
 import json, sys, warnings
@@ -162,11 +158,7 @@ print(json.dumps(res))
 
 
 def _run(python, lib, cases, env=None):
-    full_env = dict(os.environ, PYTHONPATH=BINDINGS, **(env or {}))
-    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(cases)], env=full_env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(python, CHILD, lib, cases, env)
 
 
 def _compare(cases, ref, got):

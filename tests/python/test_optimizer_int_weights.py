@@ -36,13 +36,10 @@ variable until the next wait, so the 4th, 8th... such kernel after it is skipped
 cases are left out.)
 """
 import json
-import os
-import subprocess
 import sys
 
-from conftest import BINDINGS, REPO
+from conftest import REF_PYTHON, run_child
 
-REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 
 CHILD = r'''
 import json, sys, warnings
@@ -186,11 +183,7 @@ CASES = [[name, dict(kwargs, learning_rate=lr), dtype, path, VALUES[dtype]]
 
 
 def _run(python, lib, cases=None):
-    env = dict(os.environ, PYTHONPATH=BINDINGS)
-    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(cases or CASES)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(python, CHILD, lib, cases or CASES)
 
 
 def test_optimizers_on_integer_weights_fail_or_compute_as_mxnet():

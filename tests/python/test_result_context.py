@@ -32,14 +32,10 @@ Not covered here: the storage types of csr + csr, csr - csr, csr * csr, sparse
 comparisons with a scalar and clip of a csr array (tests/python/test_csr_op_stypes.py);
 nd.zeros_like / ones_like (not in mxkv).
 """
-import json
-import os
-import subprocess
 import sys
 
-from conftest import BINDINGS, REPO
+from conftest import REF_PYTHON, run_child
 
-REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 
 CHILD = r'''
 import json, sys, warnings
@@ -234,11 +230,7 @@ FLOAT16 = ['x+=y', 'x*=2', 'x+=dense', 'x+dense', 'x+=y@c1', 'x+y', 'nd.cast', '
 
 
 def _run(python, lib, cases):
-    env = dict(os.environ, PYTHONPATH=BINDINGS)
-    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(cases)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(python, CHILD, lib, cases)
 
 
 def _compare(cases):

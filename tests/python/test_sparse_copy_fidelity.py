@@ -26,14 +26,10 @@ library, compared exactly.
    gradient or state of another shape or dtype on a later weight left the earlier ones
    (and their states) updated, with a ValueError for shapes.
 """
-import json
-import os
-import subprocess
 import sys
 
-from conftest import BINDINGS, REPO
+from conftest import REF_PYTHON, run_child
 
-REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 
 CHILD = r'''
 import json, sys, warnings
@@ -180,11 +176,7 @@ print(json.dumps(res))
 
 
 def _run(python, lib, cases, env=None):
-    env = dict(os.environ, PYTHONPATH=BINDINGS, **(env or {}))
-    proc = subprocess.run([python, '-c', CHILD, lib, json.dumps(cases)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(python, CHILD, lib, cases, env)
 
 
 def _compare(cases, same_context, env=None, failed_as_mxnet=False):
