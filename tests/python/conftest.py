@@ -32,6 +32,20 @@ def run_child(python, child, lib, cases, env=None):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def compare_children(child, cases, width=150, shown=40):
+    """run_child of `child` through MXNet (REF_PYTHON) and mxkv (this Python), each
+    returning a dict case name -> result; assert both name the same cases with equal
+    results (differences shown `width` characters each, the first `shown`) and return
+    MXNet's dict"""
+    ref = run_child(REF_PYTHON, child, 'mxnet', cases)
+    got = run_child(sys.executable, child, 'mxkv', cases)
+    assert sorted(ref) == sorted(got)
+    bad = ['%s: mxnet %s, mxkv %s' % (k, str(ref[k])[:width], str(got[k])[:width])
+           for k in sorted(ref) if ref[k] != got[k]]
+    assert not bad, '%d of %d differ:\n%s' % (len(bad), len(ref), '\n'.join(bad[:shown]))
+    return ref
+
+
 def bits(value):
     """Comparable raw representation: (dtype, shape, bytes) of a numpy value."""
     arr = np.asarray(value)

@@ -11,9 +11,8 @@ summed from +0.  Before: mxkv gave dense arrays (and -0.0 where MXNet stores not
 Only the first indptr[-1] indices and values are compared: MXNet allocates lhs nnz + rhs
 nnz of them and leaves the rest unwritten.
 """
-import sys
 
-from conftest import REF_PYTHON, run_child
+from conftest import compare_children
 
 
 CHILD = r'''
@@ -161,18 +160,8 @@ CSR_CSR_OPS = ['x+y', 'x-y', 'x*y', 'x+x', 'x-x', 'x*x', 'sp.add', 'sp.subtract'
                'sp.multiply', 'x+=y', 'x*=y']
 
 
-def _run(python, lib, cases):
-    return run_child(python, CHILD, lib, cases)
-
-
 def _compare(cases):
-    ref = _run(REF_PYTHON, 'mxnet', cases)
-    got = _run(sys.executable, 'mxkv', cases)
-    assert sorted(ref) == sorted(got)
-    bad = ['%s: mxnet %s, mxkv %s' % (k, str(ref[k])[:150], str(got[k])[:150])
-           for k in sorted(ref) if ref[k] != got[k]]
-    assert not bad, '%d of %d differ:\n%s' % (len(bad), len(ref), '\n'.join(bad[:40]))
-    return ref
+    return compare_children(CHILD, cases, width=150, shown=40)
 
 
 def test_csr_csr_arithmetic_matches_mxnet():

@@ -32,9 +32,8 @@ Not covered here: the storage types of csr + csr, csr - csr, csr * csr, sparse
 comparisons with a scalar and clip of a csr array (tests/python/test_csr_op_stypes.py);
 nd.zeros_like / ones_like (not in mxkv).
 """
-import sys
 
-from conftest import REF_PYTHON, run_child
+from conftest import compare_children
 
 
 CHILD = r'''
@@ -229,18 +228,8 @@ SPARSE_AND_DENSE = {  # operation: the storage types it is run on (see the docst
 FLOAT16 = ['x+=y', 'x*=2', 'x+=dense', 'x+dense', 'x+=y@c1', 'x+y', 'nd.cast', 'astype64']
 
 
-def _run(python, lib, cases):
-    return run_child(python, CHILD, lib, cases)
-
-
 def _compare(cases):
-    ref = _run(REF_PYTHON, 'mxnet', cases)
-    got = _run(sys.executable, 'mxkv', cases)
-    assert sorted(ref) == sorted(got)
-    bad = ['%s: mxnet %s, mxkv %s' % (k, str(ref[k])[:60], str(got[k])[:60])
-           for k in sorted(ref) if ref[k] != got[k]]
-    assert not bad, '%d of %d differ:\n%s' % (len(bad), len(ref), '\n'.join(bad[:60]))
-    return ref
+    return compare_children(CHILD, cases, width=60, shown=60)
 
 
 def test_result_contexts_match_mxnet():
