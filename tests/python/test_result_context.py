@@ -30,7 +30,7 @@ sparse array (MXNet's storage fallback gives a dense one) and succeeded on the d
 
 Not covered here: the storage types of csr + csr, csr - csr, csr * csr, sparse
 comparisons with a scalar and clip of a csr array (tests/python/test_csr_op_stypes.py);
-nd.zeros_like / ones_like (not in mxkv).
+nd.zeros_like / ones_like (tests/python/test_nd_like_index.py).
 """
 
 from conftest import compare_children

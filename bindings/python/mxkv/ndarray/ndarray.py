@@ -27,7 +27,7 @@ _SYNCHRONOUS = bool(getattr(_LIB, '_mxkv_synchronous', False))
 __all__ = ['NDArray', 'empty', 'zeros', 'ones', 'full', 'array', 'waitall', 'concatenate',
            'bfloat16', '_ndarray_cls', 'clip', 'sqrt', 'square', 'sign', 'abs', 'maximum',
            'minimum', 'cast', 'add', 'subtract', 'multiply', 'divide', 'moveaxis',
-           'true_divide', 'modulo', 'power',
+           'true_divide', 'modulo', 'power', 'zeros_like', 'ones_like',
            'dtype_np_to_mx', 'dtype_mx_to_np', 'arange']
 
 bfloat16 = np.dtype([('bfloat16', np.uint16)])
@@ -691,8 +691,15 @@ class NDArray(object):
         key = tuple(out) if isinstance(key, tuple) or len(out) != 1 else out[0]
         if advanced:
             self._check_advanced_key(key)
+            if self.size == 0 and not setting:
+                # MXNet's gather_nd: an input with a zero dim has an unknown shape in
+                # MXNet 1.9.1's legacy shape semantics, its shape inference fails
+                raise MXNetError('advanced indexing of an array of shape %s: gather_nd '
+                                 'cannot infer the shape of an input with a zero dim'
+                                 % (shape,))
             return key
-        if self.size == 0:
+        if self.size == 0 and (setting or isinstance(key, _INDEX_INTS)):
+            # (a[i] is MXNDArrayAt in MXNet: no reshape, an empty (n, 0)[i] is fine)
             return key
         region = self._view()[key]
         if region.size:
@@ -820,7 +827,17 @@ class NDArray(object):
                 raise ValueError('NDArray does not support slicing with key {} of type {}.'
                                  .format(key, type(key)))
             raise IndexError('too many indices for a 0-d array')
-        if self._is_full(key):
+        parts = key if isinstance(key, tuple) else (key,)
+        given = sum(1 for k in parts if k is not None and k is not Ellipsis)
+        if given > self.ndim and all(isinstance(k, (slice, type(None), type(Ellipsis)))
+                                     for k in parts):
+            # (MXNet's _get_nd_basic_indexing; other keys fail in numpy's indexing)
+            raise IndexError('too many indices (%d) for array with %d dimensions'
+                             % (given, self.ndim))
+        if self._is_full(key) and (self.size or key == slice(None) or key == ()):
+            # MXNet returns the array itself for a[:] and a[()]; other full keys are its
+            # basic indexing: a view (self here) of a non-empty array, and for an empty
+            # one a flat slice reshaped, which _index_key emulates
             return self
         key = self._index_key(key, setting=False)
         parts = key if isinstance(key, tuple) else (key,)
@@ -1132,6 +1149,14 @@ class NDArray(object):
     def clip(self, *args, **kwargs):
         """mx.nd.clip(self, a_min, a_max)"""
         return clip(self, *args, **kwargs)
+
+    def zeros_like(self, *args, **kwargs):
+        """mx.nd.zeros_like(self)"""
+        return zeros_like(self, *args, **kwargs)
+
+    def ones_like(self, *args, **kwargs):
+        """mx.nd.ones_like(self)"""
+        return ones_like(self, *args, **kwargs)
 
     @property
     def T(self):  # pylint: disable=invalid-name
@@ -1520,6 +1545,58 @@ def array(source_array, ctx=None, dtype=None):
     res = empty(source_array.shape, ctx, dtype)
     res._sync_copyfrom(np.asarray(source_array, dtype=res._np_dtype))
     return res
+
+
+def _fill_like(op_name, one):
+    """mx.nd.zeros_like / ones_like: MXNet's operators of that name (legacy shape
+    semantics: an input of a zero dim, or 0-d, fails shape inference), the result of the
+    input's shape and dtype on its operator context (cpu(k) for cpu_pinned(k));
+    zeros_like keeps the storage type (a row_sparse array without rows, a csr array
+    without entries), ones_like of a sparse array gives a dense one (the storage
+    fallback).  ``out`` must have the input's shape and dtype; it is written as a copy
+    of the result into its own storage type (ones into a row_sparse `out`: every row)."""
+    def fn(data=None, out=None, name=None, **kwargs):  # pylint: disable=unused-argument
+        if not isinstance(data, NDArray):
+            raise AssertionError('Argument data must have NDArray type, but got %s' % (data,))
+        shape = data.shape
+        if not shape or 0 in shape:
+            raise MXNetError('Operator %s inferring shapes failed. input shapes: %s (an '
+                             'unknown shape in MXNet 1.9.1\'s legacy shape semantics)'
+                             % (op_name, list(shape)))
+        if out is not None:
+            if out.shape != shape:
+                raise MXNetError('Check failed: assign(&dattr, vec.at(i)): Incompatible attr '
+                                 'in node  at 0-th output: expected %s, got %s'
+                                 % (list(shape), list(out.shape)))
+            if dtype_np_to_mx(out.dtype) != dtype_np_to_mx(data.dtype):
+                raise MXNetError('Check failed: assign(&dattr, vec.at(i)): Incompatible attr '
+                                 'in node  at 0-th output: expected %s, got %s'
+                                 % (np.dtype(data._np_dtype).name, np.dtype(out._np_dtype).name))
+        ctx = _op_context(data.context)
+        stype = data.stype if out is None else out.stype
+        if one:
+            res = ones(shape, ctx=ctx, dtype=data.dtype)
+        elif stype == 'default':
+            res = zeros(shape, ctx=ctx, dtype=data.dtype)
+        else:
+            from . import sparse
+            res = sparse.zeros(stype, shape, ctx=ctx, dtype=data.dtype)
+        if out is None:
+            return res
+        try:
+            res.copyto(out)
+        finally:
+            res.close()
+        return out
+    fn.__name__ = op_name
+    fn.__doc__ = ('Return an array of %ss with the same shape, type and (for zeros_like) '
+                  'storage type as the input array (MXNet\'s %s operator).'
+                  % ('one' if one else 'zero', op_name))
+    return fn
+
+
+zeros_like = _fill_like('zeros_like', False)
+ones_like = _fill_like('ones_like', True)
 
 
 def waitall():

@@ -46,7 +46,7 @@ from .ndarray import (NDArray, dtype_np_to_mx, dtype_mx_to_np, _STORAGE_TYPE_STR
 from . import ndarray as _dense
 
 __all__ = ['BaseSparseNDArray', 'RowSparseNDArray', 'CSRNDArray', 'row_sparse_array', 'csr_matrix',
-           'retain', 'zeros', 'empty', 'array', 'add', 'subtract', 'multiply', 'divide']
+           'retain', 'zeros', 'empty', 'array', 'add', 'subtract', 'multiply', 'divide', 'zeros_like']
 
 _STORAGE_AUX_TYPES = {
     'row_sparse': [np.int64],
@@ -1483,3 +1483,7 @@ def multiply(lhs, rhs):
 def divide(lhs, rhs):
     """lhs / rhs (dense unless dividing a row_sparse array by a scalar)"""
     return lhs / rhs
+
+
+# MXNet registers zeros_like in mx.nd.sparse too (ones_like is not)
+zeros_like = _dense.zeros_like
