@@ -205,3 +205,40 @@ def test_teststore_pushpull_of_a_row_sparse_value(both, case):
 def test_teststore_pushpull_of_a_tuple(both, case):
     mxnet, mxkv = both
     assert _teststore_pushpull(mxnet, case) == _teststore_pushpull(mxkv, case)
+
+
+# An empty list among the keys: MXNet's _ctype_key_value gives a list of no keys the key
+# type None and asserts each item's type equals the first non-None one so far, so
+# [[], k] is k ('inconsistent types' never fires: None is replaced by k's type) while
+# [k, []] and [[k], [[]]] raise AssertionError ('inconsistent types of keys detected.').
+# mxkv took an empty list as int keys: [[], 'a'] raised 'mixed int and str keys' in a
+# string-key store, [3, []] was accepted.
+@pytest.mark.parametrize('case', ['lead_str', 'lead_int', 'lead_nested', 'trail_str',
+                                  'trail_int', 'trail_nested', 'trail_deep'])
+def test_an_empty_list_among_the_keys(both, case):
+    def call(mx):
+        kv = mx.kv.create('local')
+        k = 'a' if case.endswith('_str') else 3
+        v = mx.nd.ones((2,))
+        kv.init(k, v)
+        keys, vals = {
+            'lead_str': ([[], k], [[], v * 2]),
+            'lead_int': ([[], k], [[], v * 2]),
+            'lead_nested': ([[[]], [k]], [[[]], [v * 2]]),
+            'trail_str': ([k, []], [v * 2, []]),
+            'trail_int': ([k, []], [v * 2, []]),
+            'trail_nested': ([[k], [[]]], [[v * 2], [[]]]),
+            'trail_deep': ([k, [[], []]], [v * 2, [[], []]]),
+        }[case]
+        kv.push(keys, vals)
+        out = [mx.nd.zeros((2,))]
+        kv.pull([[], k], out=[[], out])
+        return out[0].asnumpy().tolist()
+    mxnet, mxkv = both
+    want = _outcome(mxnet, call)
+    if case.startswith('lead'):
+        assert want is None
+        assert call(mxnet) == call(mxkv) == [2.0, 2.0]
+    else:
+        assert type(want) is AssertionError, want
+        _same_class(both, call)

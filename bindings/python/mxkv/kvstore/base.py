@@ -35,7 +35,11 @@ def _flatten(keys, vals, op):
     """Pair every key with every value it applies to.
 
     Accepts what MXNet accepts: a key and an NDArray; a key and a list of NDArrays
-    (one key, many devices); lists of those.  Returns (flat_keys, flat_vals, use_str).
+    (one key, many devices); lists of those.  Returns (flat_keys, flat_vals, use_str):
+    use_str is None for a list of no keys (at any depth), as MXNet's _ctype_key_value
+    has it; a list's items must have the type of the first item whose type is not None
+    (so [[], k] is k, and [k, []] fails as MXNet's assertion 'inconsistent types of keys
+    detected').
     """
     if isinstance(keys, (tuple, list)):
         if not isinstance(vals, (tuple, list)):
@@ -54,14 +58,20 @@ def _flatten(keys, vals, op):
         flat_k, flat_v, use_str = [], [], None
         for key, val in zip(keys, vals):
             k_i, v_i, s_i = _flatten(key, val, op)
+            if use_str is not None and s_i is None:
+                raise MXKVUsageError('KVStore.%s: inconsistent types of keys detected in %s: '
+                                     'an empty list of keys after %s keys (MXNet 1.9.1 '
+                                     'refuses it; an empty list before the keys is taken)'
+                                     % (op, _key_repr(keys), 'str' if use_str else 'int'))
             if use_str is not None and s_i != use_str:
                 raise MXKVUsageError('KVStore.%s: mixed int and str keys in one call %s; a '
                                      'store uses either int or str keys'
                                      % (op, _key_repr(keys)))
-            use_str = s_i
+            if use_str is None:
+                use_str = s_i
             flat_k += k_i
             flat_v += v_i
-        return flat_k, flat_v, bool(use_str)
+        return flat_k, flat_v, use_str
     if isinstance(keys, string_types):
         use_str = True
     elif isinstance(keys, numbers.Integral):
@@ -111,6 +121,7 @@ def _c_vals(flat_vals):
 def _ctype_key_value(keys, vals, op='call'):
     """(c_keys, c_vals, use_str_keys, flat_keys) for a key/value argument pair."""
     flat_k, flat_v, use_str = _flatten(keys, vals, op)
+    use_str = bool(use_str)   # no keys at all: the int entry points, as MXNet
     return _c_keys(flat_k, use_str), _c_vals(flat_v), use_str, flat_k
 
 
