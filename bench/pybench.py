@@ -20,6 +20,9 @@ Figures (float32, ``local`` store, no updater):
             267 arrays (256 B to 9 MB, 98 MB), 200 x 4 MB, 10,000 x 64 B.
             Checked: each library's file is byte for byte MXNet's, and every
             loaded array holds the saved bytes.        bytes moved S (the set)
+  py_random mx.random.uniform / normal / randint of n numbers after a seed
+            (MXNet's CPU sampler; checked: each library's numbers after
+            the same seed are MXNet's bit for bit).    time per draw
 Output: CSV rows in kvbench's format (source "py") on --csv FILE or stdout.
 """
 import argparse
@@ -229,6 +232,43 @@ class Params:
         Params.files.clear()
 
 
+class Random:
+    """mx.random.<kind>(shape=(n,)) after one mx.random.seed: MXNet's CPU sampler (1024
+    mt19937 engines), which libmxkv reproduces bit for bit."""
+    figure = "py_random"
+    drawn = {}  # variant -> MXNet's numbers after the check's seed
+
+    def __init__(self, kind, n, dtype):
+        self.kind, self.n, self.dtype = kind, n, dtype
+        self.variant = "%s %s %s" % (kind, n, dtype)
+        self.size = n * np.dtype(dtype).itemsize
+        self.bytes = 0
+
+    def draw(self, mx):
+        if self.kind == "randint":
+            return mx.random.randint(-7, 1000, shape=(self.n,), dtype=self.dtype)
+        return getattr(mx.random, self.kind)(shape=(self.n,), dtype=self.dtype)
+
+    def setup(self, mx):
+        mx.random.seed(3)
+        return None
+
+    def run(self, mx, st, iters):
+        for _ in range(iters):
+            self.draw(mx)
+
+    def check(self, mx, st):
+        mx.random.seed(11)
+        got = self.draw(mx).asnumpy()
+        if mx is mxnet:
+            Random.drawn[self.variant] = got
+            return None
+        want = Random.drawn.get(self.variant)
+        if want is None:
+            return "MXNet's draw is missing"
+        return compare(got, want)
+
+
 def compare(got, want):
     if os.environ.get("KVBENCH_CORRUPT", "0") not in ("", "0"):
         want = want + np.float32(1)
@@ -335,6 +375,10 @@ def main():
                 ("10000x64B", [(4, 4)] * 10000)]
     figs += [Params(op, name, shapes) for name, shapes in sets
              for op in ("save", "load", "load_frombuffer")]
+    draws = [(10, "float32")] + ([] if args.smoke else [(1 << 20, "float32"),
+                                                       (1 << 20, "float64")])
+    figs += [Random(kind, n, dt) for n, dt in draws for kind in ("uniform", "normal")]
+    figs += [Random("randint", n, "int32") for n in sorted({n for n, _ in draws})]
     failed = False
     print("== Python (mxnet and mxkv in one process)", file=sys.stderr)
     try:

@@ -375,6 +375,13 @@ def build(rows_c, rows_py):
             a, b = pair("py_params", r["variant"])
             out.append(Row("Python nd.%s (%s)" % tuple(r["variant"].split(" ", 1)), "ms",
                            convert(a, "ms"), convert(b, "ms"), False))
+    for r in data:
+        if r["figure"] == "py_random" and r["lib"] == A:
+            a, b = pair("py_random", r["variant"])
+            kind, n, dtype = r["variant"].split(" ")
+            unit = "µs" if int(n) < 10000 else "ms"
+            out.append(Row("Python mx.random.%s, %s %s numbers" % (kind, n, dtype), unit,
+                           convert(a, unit), convert(b, unit), False))
     return out, limits, limit_rows, meta, data
 
 

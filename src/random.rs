@@ -1,13 +1,16 @@
-//! MXNet 1.9.1's CPU standard normal draws, for frontends that reproduce
-//! MXNet's `random.normal` bit for bit (mxkv's Python
-//! `mxkv.ndarray.random`, which keeps the engines' states and applies the
-//! parameters; the C entry point is `MXKVMTStandardNormal`).
+//! MXNet 1.9.1's CPU random draws (uniform, normal, randint before their
+//! parameters), for frontends that reproduce MXNet's `random.*` bit for bit
+//! (mxkv's Python `mxkv.ndarray.random`, which keeps the engines' states and
+//! applies the parameters; the C entry points are `MXKVMTSeed` and
+//! `MXKVMTDraw`).
 //!
 //! MXNet's CPU parallel random resource holds 1024 `std::mt19937` engines.
 //! A draw of `n` numbers is split into `nthread = min(ceil(n / 64), 1024)`
 //! chunks of `step = ceil(n / nthread)` consecutive outputs; chunk `j` draws
-//! with engine `j`, which keeps its state for the next draw. Each number
-//! comes from a fresh libstdc++ `normal_distribution<FType>` (Marsaglia's
+//! with engine `j`, which keeps its state for the next draw. A uniform is
+//! libstdc++'s `generate_canonical<FType>`, a randint word `(w1 << 31) + w2`
+//! from two outputs, and a normal comes from a fresh libstdc++
+//! `normal_distribution<FType>` (Marsaglia's
 //! polar method; the pair's second value `x * mult` is dropped):
 //! `x = 2u - 1`, `y = 2u' - 1` from two `generate_canonical<FType>` values
 //! (float: one 32-bit word / 2^32; double: `(w0 + w1 * 2^32) / 2^64`),
@@ -121,17 +124,31 @@ pub fn split(n: usize, engines: usize) -> (usize, usize) {
     (nthread, n.div_ceil(nthread))
 }
 
-/// Fills `out` with MXNet's next `out.len()` standard normals from the
-/// engines whose key words are `keys` (`MT_N` per engine) and positions
-/// `positions` (one per engine, `0..=MT_N`; MXNet's resource has 1024
-/// engines), and moves those engines on. `log` is the logarithm MXNet calls
-/// (the C library's). Nothing changes when the arguments are refused.
-pub fn standard_normals<T: Real>(
-    keys: &mut [u32],
-    positions: &mut [i64],
-    out: &mut [T],
-    log: fn(T) -> T,
-) -> Result<()> {
+/// Sets engine `j` of `keys` (`MT_N` words each) to `std::mt19937(base + j)`
+/// (seeds modulo 2^32, as MXNet's `uint32_t` arithmetic) and its position to
+/// `MT_N` (a fresh engine twists before its first output). MXNet seeds
+/// engine `j` of its resource copy `i` with `i * 16 + seed * 127 + j`.
+pub fn seed_engines(keys: &mut [u32], positions: &mut [i64], base: u32) -> Result<()> {
+    check_states(keys, positions)?;
+    keys.par_chunks_mut(MT_N)
+        .zip(positions.par_iter_mut())
+        .enumerate()
+        .for_each(|(j, (key, pos))| {
+            let mut prev = base.wrapping_add(j as u32);
+            key[0] = prev;
+            for (i, word) in key.iter_mut().enumerate().skip(1) {
+                prev = 1_812_433_253u32
+                    .wrapping_mul(prev ^ (prev >> 30))
+                    .wrapping_add(i as u32);
+                *word = prev;
+            }
+            *pos = MT_N as i64;
+        });
+    Ok(())
+}
+
+/// Refuses key words and positions that are not engines' states.
+fn check_states(keys: &[u32], positions: &[i64]) -> Result<()> {
     let engines = positions.len();
     if Some(keys.len()) != engines.checked_mul(MT_N) {
         return Err(Error::new(format!(
@@ -144,13 +161,28 @@ pub fn standard_normals<T: Real>(
             "an engine's position is {p}, outside [0, 624]"
         )));
     }
+    Ok(())
+}
+
+/// Fills `out` with MXNet's next `out.len()` numbers from the engines whose
+/// key words are `keys` (`MT_N` per engine) and positions `positions` (one
+/// per engine, `0..=MT_N`; MXNet's resource has 1024 engines), split over
+/// them as MXNet's `LaunchRNG`, each number made by `one` from its chunk's
+/// engine, and moves those engines on. Nothing changes when the arguments
+/// are refused.
+fn draw<T, F>(keys: &mut [u32], positions: &mut [i64], out: &mut [T], one: F) -> Result<()>
+where
+    T: Send,
+    F: Fn(&mut Engine<'_>) -> T + Sync,
+{
+    check_states(keys, positions)?;
     if out.is_empty() {
         return Ok(());
     }
-    if engines == 0 {
+    if positions.is_empty() {
         return Err(Error::new("no engines to draw with"));
     }
-    let (_, step) = split(out.len(), engines);
+    let (_, step) = split(out.len(), positions.len());
     out.par_chunks_mut(step)
         .zip(keys.par_chunks_mut(MT_N))
         .zip(positions.par_iter_mut())
@@ -160,18 +192,47 @@ pub fn standard_normals<T: Real>(
                 pos: *pos as usize,
             };
             for v in chunk.iter_mut() {
-                *v = loop {
-                    let x = T::centred(T::canonical(&mut engine));
-                    let y = T::centred(T::canonical(&mut engine));
-                    let r2 = T::radius2(x, y);
-                    if T::accepted(r2) {
-                        break T::polar(y, r2, log);
-                    }
-                };
+                *v = one(&mut engine);
             }
             *pos = engine.pos as i64;
         });
     Ok(())
+}
+
+/// MXNet's next standard normals (see [`draw`]): a fresh libstdc++
+/// `normal_distribution<T>` per number, with `log` the logarithm MXNet calls
+/// (the C library's).
+pub fn standard_normals<T: Real>(
+    keys: &mut [u32],
+    positions: &mut [i64],
+    out: &mut [T],
+    log: fn(T) -> T,
+) -> Result<()> {
+    draw(keys, positions, out, |engine| loop {
+        let x = T::centred(T::canonical(engine));
+        let y = T::centred(T::canonical(engine));
+        let r2 = T::radius2(x, y);
+        if T::accepted(r2) {
+            break T::polar(y, r2, log);
+        }
+    })
+}
+
+/// MXNet's next uniforms on `[0, 1)` before its parameters are applied (see
+/// [`draw`]): libstdc++'s `generate_canonical<T>`, not clamped below 1 (as in
+/// MXNet's build: a float32 draw can be 1.0).
+pub fn canonicals<T: Real>(keys: &mut [u32], positions: &mut [i64], out: &mut [T]) -> Result<()> {
+    draw(keys, positions, out, T::canonical)
+}
+
+/// MXNet's next `randint` words before the modulo (see [`draw`]): two
+/// outputs `w1`, `w2` per number, `(w1 << 31) + w2` as a 64-bit integer.
+pub fn randint_words(keys: &mut [u32], positions: &mut [i64], out: &mut [i64]) -> Result<()> {
+    draw(keys, positions, out, |engine| {
+        let w1 = engine.next_u32() as u64;
+        let w2 = engine.next_u32() as u64;
+        ((w1 << 31) + w2) as i64
+    })
 }
 
 #[cfg(test)]
@@ -243,5 +304,68 @@ mod tests {
         assert_eq!(split(1, 1024), (1, 1));
         assert_eq!(split(65, 1024), (2, 33));
         assert_eq!(split(1 << 20, 1024), (1024, 1024));
+        let mut positions = [0i64; 2];
+        assert!(seed_engines(&mut keys, &mut positions, 3).is_err());
+        assert_eq!(keys, seeded(1));
+        assert_eq!(positions, [0, 0]);
+    }
+
+    #[test]
+    fn seeding_gives_std_mt19937_of_base_plus_index() {
+        let mut keys = vec![0u32; 3 * MT_N];
+        let mut pos = vec![0i64; 3];
+        seed_engines(&mut keys, &mut pos, u32::MAX - 1).unwrap();
+        let want: Vec<u32> = [u32::MAX - 1, u32::MAX, 0]
+            .into_iter()
+            .flat_map(seeded)
+            .collect();
+        assert_eq!(keys, want);
+        assert_eq!(pos, [MT_N as i64; 3]);
+    }
+
+    #[test]
+    fn uniforms_and_randint_words_are_the_engines_outputs() {
+        // 130 numbers over 3 engines of 44 (the last has 42); float32 uniforms
+        // take one output each, float64 uniforms and randint words two
+        let engines = 3;
+        let outputs = |per: usize| -> Vec<Vec<u32>> {
+            (0..engines as u32)
+                .map(|j| {
+                    let mut key = seeded(9 + j);
+                    let mut e = Engine {
+                        key: &mut key,
+                        pos: MT_N,
+                    };
+                    (0..44 * per).map(|_| e.next_u32()).collect()
+                })
+                .collect()
+        };
+        let fresh = || {
+            let mut keys = vec![0u32; engines * MT_N];
+            let mut pos = vec![0i64; engines];
+            seed_engines(&mut keys, &mut pos, 9).unwrap();
+            (keys, pos)
+        };
+        let (one, two) = (outputs(1), outputs(2));
+        let (mut keys, mut pos) = fresh();
+        let mut f = vec![0f32; 130];
+        canonicals(&mut keys, &mut pos, &mut f).unwrap();
+        for (i, v) in f.iter().enumerate() {
+            assert_eq!(*v, one[i / 44][i % 44] as f32 / 4_294_967_296.0);
+        }
+        assert_eq!(pos, [44, 44, 42]);
+        let (mut keys, mut pos) = fresh();
+        let mut d = vec![0f64; 130];
+        canonicals(&mut keys, &mut pos, &mut d).unwrap();
+        let (mut keys, mut pos) = fresh();
+        let mut w = vec![0i64; 130];
+        randint_words(&mut keys, &mut pos, &mut w).unwrap();
+        for i in 0..130 {
+            let (lo, hi) = (two[i / 44][2 * (i % 44)], two[i / 44][2 * (i % 44) + 1]);
+            let want = (lo as f64 + hi as f64 * 4_294_967_296.0) / 18_446_744_073_709_551_616.0;
+            assert_eq!(d[i], want);
+            assert_eq!(w[i], (((lo as u64) << 31) + hi as u64) as i64);
+        }
+        assert_eq!(pos, [88, 88, 84]);
     }
 }

@@ -521,26 +521,42 @@ MXNET_DLL int MXKVBlasCoreName(const char **out);
 MXNET_DLL int MXKVNDArrayGetStorageTypes(uint32_t num, const NDArrayHandle *handles, int *out_storage_types);
 
 /*
- libmxkv only (not in MXNet's C API): MXNet 1.9.1's next `num` CPU
- standard normals, bit for bit, drawn as MXNet's sampling operators draw
- them from its parallel random resource (a draw of `num` numbers is split
- over the first `min(ceil(num / 64), num_engines)` engines, consecutive
- chunks of `ceil(num / that)` outputs each, as MXNet's `LaunchRNG`; each
- number from a fresh libstdc++ `normal_distribution`, whose logarithm is
- the C library's `logf` / `log`). The caller keeps the engines' states:
- `keys` holds `num_engines * 624` `std::mt19937` key words and
- `positions` one position per engine in `0..=624` (624: the words are
- twisted before the next output, as in a freshly seeded engine); the
+ libmxkv only (not in MXNet's C API): sets engine `j` of `num_engines`
+ `std::mt19937` engines to `std::mt19937(base + j)` (modulo 2^32) and its
+ position to 624 (twist before the next output), as MXNet 1.9.1 seeds its
+ CPU parallel random resource (copy `i` of it: `base = i * 16 + seed *
+ 127`). `keys` holds `num_engines * 624` key words, `positions`
+ `num_engines` positions; the two must not overlap. Returns 0, or -1
+ (`MXGetLastError`) for a NULL pointer where items are announced, sizes
+ beyond memory or overlapping buffers (then nothing is written).
+ */
+MXNET_DLL int MXKVMTSeed(uint32_t base, uint32_t *keys, int64_t *positions, uint64_t num_engines);
+
+/*
+ libmxkv only (not in MXNet's C API): MXNet 1.9.1's next `num` CPU random
+ numbers before their parameters are applied, bit for bit, drawn as
+ MXNet's sampling operators draw them from its parallel random resource (a
+ draw of `num` numbers is split over the first `min(ceil(num / 64),
+ num_engines)` engines, consecutive chunks of `ceil(num / that)` outputs
+ each, as MXNet's `LaunchRNG`). The caller keeps the engines' states:
+ `keys` holds `num_engines * 624` `std::mt19937` key words and `positions`
+ one position per engine in `0..=624` (624: the words are twisted before
+ the next output, as in a freshly seeded engine, see `MXKVMTSeed`); the
  engines used are moved on in place. MXNet's resource has 1024 engines.
 
- `dtype`: 0 (float32: MXNet's float32 outputs) or 1 (float64: float64 and
- float16 outputs draw in double); `out`: room for `num` elements of
- `dtype`. The three buffers must not overlap. Returns 0, or -1
- (`MXGetLastError`) for another dtype, a NULL pointer where items are
- announced, sizes beyond memory, overlapping buffers or a position outside
- `0..=624` (then nothing is written).
+ `kind`: 0, uniforms on [0, 1) (libstdc++'s `generate_canonical`, not
+ clamped: a float32 draw can be 1.0); 1, standard normals (a fresh
+ libstdc++ `normal_distribution` per number, whose logarithm is the C
+ library's `logf` / `log`); 2, `randint`'s words before the modulo,
+ `(w1 << 31) + w2` of two outputs. `dtype` (MXNet's type flags): 0
+ (float32: MXNet's float32 outputs) or 1 (float64: float64 and float16
+ outputs draw in double) for kinds 0 and 1, 6 (int64) for kind 2; `out`:
+ room for `num` elements of `dtype`. The three buffers must not overlap.
+ Returns 0, or -1 (`MXGetLastError`) for another kind or dtype, a NULL
+ pointer where items are announced, sizes beyond memory, overlapping
+ buffers or a position outside `0..=624` (then nothing is written).
  */
-MXNET_DLL int MXKVMTStandardNormal(int dtype, uint32_t *keys, int64_t *positions, uint64_t num_engines, uint64_t num, void *out);
+MXNET_DLL int MXKVMTDraw(int kind, int dtype, uint32_t *keys, int64_t *positions, uint64_t num_engines, uint64_t num, void *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -206,24 +206,28 @@ def test_float32_uniform_can_be_one_as_in_mxnet(both):
     _check(both, round_up_to_one)
 
 
-def test_normals_are_drawn_by_the_library_as_by_numpy(mxkv):
-    """the normal draws come from libmxkv (MXKVMTStandardNormal: the same engines, split
-    and arithmetic, the C library's logf/log) with the numbers and engine states of the
-    numpy implementation, which the tests above check against MXNet: draws of many sizes
-    after uniform and randint draws that leave the engines at uneven positions"""
+def test_draws_are_made_by_the_library_as_by_numpy(mxkv):
+    """the engines are seeded and every draw is made by libmxkv (MXKVMTSeed, MXKVMTDraw:
+    the same engines, split and arithmetic, the C library's logf/log) with the numbers
+    and engine states of the numpy implementation, which the tests above check against
+    MXNet: every kind, of many sizes, after draws that leave the engines at uneven
+    positions, from banks of seeds near 2**32"""
     from mxkv.ndarray import random as r
     if os.path.basename(os.environ.get('MXKV_LIBRARY_PATH', 'libmxkv')).startswith('libmxnet'):
-        pytest.skip('a real libmxnet.so has no MXKVMTStandardNormal')
-    assert r._normal_kernel() is not None, 'libmxkv does not export MXKVMTStandardNormal'
-    for ftype in (np.float32, np.float64):
-        banks = [r._MTBank(77), r._MTBank(77)]
-        for n in (1, 63, 65, 1000, 65537, 3, 140001):
-            # the same uneven consumption on both banks (numpy's uniform and randint)
-            for bank in banks:
-                r._mt_draw(bank, 'uniform', n // 5 + 1, ftype)
-                r._mt_draw(bank, 'randint', n // 11 + 2, ftype)
-            lib = r._mt_draw(banks[0], 'normal', n, ftype)
-            ref = r._mt_draw(banks[1], 'normal', n, ftype, compiled=False)
-            assert_same_bits(ref, lib, 'normal %s n=%d' % (ftype.__name__, n))
-            assert np.array_equal(banks[0].pos, banks[1].pos)
-            assert np.array_equal(banks[0].key, banks[1].key)
+        pytest.skip('a real libmxnet.so has no MXKVMTSeed / MXKVMTDraw')
+    for name in ('MXKVMTSeed', 'MXKVMTDraw'):
+        assert r._kernel(name) is not None, 'libmxkv does not export %s' % name
+    for base in (77, 2 ** 32 - 5):
+        lib_bank, np_bank = r._MTBank(base), r._MTBank(base, compiled=False)
+        assert np.array_equal(lib_bank.key, np_bank.key)
+        assert np.array_equal(lib_bank.pos, np_bank.pos)
+        for ftype in (np.float32, np.float64):
+            for n in (1, 63, 65, 1000, 65537, 3, 140001):
+                for kind, m in (('uniform', n // 5 + 1), ('randint', n // 11 + 2),
+                                ('normal', n), ('uniform', n), ('randint', n)):
+                    lib = r._mt_draw(lib_bank, kind, m, ftype)
+                    ref = r._mt_draw(np_bank, kind, m, ftype, compiled=False)
+                    assert lib.dtype == ref.dtype
+                    assert_same_bits(ref, lib, '%s %s n=%d' % (kind, ftype.__name__, m))
+                    assert np.array_equal(lib_bank.pos, np_bank.pos)
+                    assert np.array_equal(lib_bank.key, np_bank.key)

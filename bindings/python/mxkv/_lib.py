@@ -127,9 +127,11 @@ PROTOTYPES = {
     # --- libmxkv only, not MXNet's C API: MXNet's Kahan sums compiled (ndarray/_reduce.py)
     'MXKVKahanSumColumns': (_i32, [_i32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
                                    ctypes.c_void_p]),
-    # MXNet's CPU normal draws compiled, with the C library's log (ndarray/random.py)
-    'MXKVMTStandardNormal': (_i32, [_i32, _P(_u32), _P(ctypes.c_int64), ctypes.c_uint64,
-                                    ctypes.c_uint64, ctypes.c_void_p]),
+    # MXNet's CPU random engines and draws compiled, with the C library's log
+    # (ndarray/random.py)
+    'MXKVMTSeed': (_i32, [_u32, _P(_u32), _P(ctypes.c_int64), ctypes.c_uint64]),
+    'MXKVMTDraw': (_i32, [_i32, _i32, _P(_u32), _P(ctypes.c_int64), ctypes.c_uint64,
+                          ctypes.c_uint64, ctypes.c_void_p]),
     # every loaded array's storage type in one call (ndarray/utils.py)
     'MXKVNDArrayGetStorageTypes': (_i32, [_u32, _P(ctypes.c_void_p), _P(ctypes.c_int)]),
     # MXNet's OpenBLAS dot order compiled (ndarray/_blas.py)

@@ -1,9 +1,10 @@
 """Random sampling (``mxnet.nd.random``): uniform, normal, randn, randint, seeded by
 ``mxkv.random.seed``.
 
-libmxkv has no operators: the samples are computed here (numpy; the normal draws by the
-library's MXKVMTStandardNormal, the same arithmetic compiled) and copied into a new (or
-the given ``out``) NDArray.  On CPU contexts they are MXNet 1.9.1's numbers, bit for bit:
+libmxkv has no operators: the samples are computed here (the engines' numbers by the
+library's MXKVMTSeed / MXKVMTDraw, or by numpy with the same arithmetic when the library
+lacks them, as a real libmxnet.so does) and copied into a new (or the given ``out``)
+NDArray.  On CPU contexts they are MXNet 1.9.1's numbers, bit for bit:
 the same 1024 std::mt19937 engines seeded the same way, the same split of a draw over
 them, libstdc++'s distributions and the C library's log, MXNet's arithmetic with the
 parameters (see the notes above ``_MTBank``).  GPU contexts draw from numpy's PCG64 (MXNet
@@ -101,9 +102,16 @@ def _temper(key):
 class _MTBank(object):
     """MXNet's 1024 std::mt19937 engines of one CPU parallel random resource"""
 
-    def __init__(self, base):
-        self.key = _init_genrand((np.arange(_NUM_STATES, dtype=np.uint64) + base))
-        self.pos = np.full(_NUM_STATES, _MT_N, dtype=np.int64)  # 624: twist before use
+    def __init__(self, base, compiled=True):
+        seed = _kernel('MXKVMTSeed') if compiled else None
+        if seed is None:
+            self.key = _init_genrand((np.arange(_NUM_STATES, dtype=np.uint64) + base))
+            self.pos = np.full(_NUM_STATES, _MT_N, dtype=np.int64)  # 624: twist before use
+        else:
+            from ..base import check_call
+            self.key = np.empty((_NUM_STATES, _MT_N), dtype=_U32)
+            self.pos = np.empty(_NUM_STATES, dtype=np.int64)
+            check_call(seed(base & 0xFFFFFFFF, *_states(self), _NUM_STATES))
         self._pending = None
 
     def peek(self, m, n):
@@ -212,43 +220,52 @@ def _split(n):
 _ROUND = 1024  # outputs per engine drawn at once (bounds the memory for big draws)
 
 
-_NORMAL_KERNEL = []  # [libmxkv's MXKVMTStandardNormal, or None], once looked up
+_KERNELS = {}  # libmxkv's MXKVMTSeed / MXKVMTDraw (None: a real libmxnet.so lacks them)
 
 
-def _normal_kernel():
-    """libmxkv's MXKVMTStandardNormal, or None (a real libmxnet.so has no such function)"""
-    if not _NORMAL_KERNEL:
+def _kernel(name):
+    """libmxkv's compiled MXKVMTSeed or MXKVMTDraw, or None (a real libmxnet.so has
+    neither: numpy then computes the same numbers)"""
+    if name not in _KERNELS:
         from ..base import _LIB
         missing = getattr(_LIB, '_mxkv_missing', None)
-        _NORMAL_KERNEL.append(None if missing is None or 'MXKVMTStandardNormal' in missing
-                              else _LIB.MXKVMTStandardNormal)
-    return _NORMAL_KERNEL[0]
+        _KERNELS[name] = (None if missing is None or name in missing
+                          else getattr(_LIB, name))
+    return _KERNELS[name]
 
 
-def _compiled_normals(bank, n, ftype):
-    """_mt_draw(bank, 'normal', n, ftype) drawn by the library (the same engines, split
-    and arithmetic, the C library's log), or None without the function"""
-    fn = _normal_kernel()
-    if fn is None:
-        return None
-    from ..base import check_call
+def _states(bank):
     key, pos = bank.key, bank.pos
     assert key.flags.c_contiguous and key.dtype == _U32 and key.shape == (_NUM_STATES, _MT_N)
     assert pos.flags.c_contiguous and pos.dtype == np.int64 and pos.shape == (_NUM_STATES,)
-    res = np.empty(n, dtype=ftype)
-    check_call(fn(0 if ftype == np.float32 else 1,
-                  key.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
-                  pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
-                  _NUM_STATES, n, res.ctypes.data))
+    return (key.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)),
+            pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
+
+
+_DRAW_KIND = {'uniform': 0, 'normal': 1, 'randint': 2}
+
+
+def _compiled_draw(bank, kind, n, ftype):
+    """_mt_draw(bank, kind, n, ftype) drawn by the library (the same engines, split and
+    arithmetic, the C library's log), or None without MXKVMTDraw"""
+    fn = _kernel('MXKVMTDraw')
+    if fn is None:
+        return None
+    from ..base import check_call
+    if kind == 'randint':
+        res, flag = np.empty(n, dtype=np.int64), 6
+    else:
+        res, flag = np.empty(n, dtype=ftype), (0 if ftype == np.float32 else 1)
+    check_call(fn(_DRAW_KIND[kind], flag, *_states(bank), _NUM_STATES, n, res.ctypes.data))
     return res
 
 
 def _mt_draw(bank, kind, n, ftype, compiled=True):
     """MXNet's n draws before the parameters are applied: canonical uniforms (FType),
-    standard normals (FType), or randint's int64 (w1 << 31) + w2.  Normals come from
-    the library (MXKVMTStandardNormal) unless `compiled` is false or it lacks it."""
-    if kind == 'normal' and compiled and n > 0:
-        res = _compiled_normals(bank, n, ftype)
+    standard normals (FType), or randint's int64 (w1 << 31) + w2.  They come from the
+    library (MXKVMTDraw) unless `compiled` is false or it lacks it."""
+    if compiled and n > 0:
+        res = _compiled_draw(bank, kind, n, ftype)
         if res is not None:
             return res
     res = np.empty(n, dtype=np.int64 if kind == 'randint' else ftype)
