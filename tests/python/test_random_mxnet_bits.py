@@ -231,3 +231,43 @@ def test_draws_are_made_by_the_library_as_by_numpy(mxkv):
                     assert_same_bits(ref, lib, '%s %s n=%d' % (kind, ftype.__name__, m))
                     assert np.array_equal(lib_bank.pos, np_bank.pos)
                     assert np.array_equal(lib_bank.key, np_bank.key)
+
+
+def test_draw_and_seed_refuse_bad_arguments_untouched(mxkv):
+    """MXKVMTDraw / MXKVMTSeed return -1 with a text naming the fault, and write nothing,
+    for a bad kind or dtype, a position outside [0, 624], NULL buffers with items
+    announced and overlapping buffers"""
+    import ctypes
+    from mxkv.base import _LIB
+    from mxkv.ndarray import random as r
+    if os.path.basename(os.environ.get('MXKV_LIBRARY_PATH', 'libmxkv')).startswith('libmxnet'):
+        pytest.skip('a real libmxnet.so has no MXKVMTSeed / MXKVMTDraw')
+    bank = r._MTBank(5)
+    key0, pos0 = bank.key.copy(), bank.pos.copy()
+    out = np.full(100, 7, dtype=np.int64)
+    keys, pos = r._states(bank)
+    u32p, i64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_int64)
+
+    def fails(rc, text):
+        assert rc == -1
+        err = _LIB.MXGetLastError().decode()
+        assert text in err, err
+        assert np.array_equal(bank.key, key0) and np.array_equal(bank.pos, pos0)
+        assert (out == 7).all()
+
+    draw, seed = _LIB.MXKVMTDraw, _LIB.MXKVMTSeed
+    fails(draw(3, 0, keys, pos, 1024, 100, out.ctypes.data), 'kind 3')
+    fails(draw(0, 6, keys, pos, 1024, 100, out.ctypes.data), 'dtype 6')
+    fails(draw(2, 0, keys, pos, 1024, 100, out.ctypes.data), 'randint words are int64')
+    fails(draw(1, 1, keys, pos, 1024, 100, None), 'out is NULL')
+    fails(draw(0, 1, u32p(), pos, 1024, 100, out.ctypes.data), 'keys is NULL')
+    fails(draw(0, 1, keys, pos, 1024, 2 ** 62, out.ctypes.data), 'beyond memory')
+    fails(draw(2, 6, keys, pos, 1024, 100, bank.pos.ctypes.data), 'overlap')
+    fails(seed(1, keys, ctypes.cast(keys, i64p), 1024), 'overlap')
+    fails(seed(1, keys, i64p(), 1024), 'positions is NULL')
+    bank.pos[3] = 625
+    pos0 = bank.pos.copy()
+    fails(draw(0, 0, keys, pos, 1024, 100, out.ctypes.data), 'outside [0, 624]')
+    # nothing drawn, nothing needed
+    assert draw(0, 0, u32p(), i64p(), 0, 0, None) == 0
+    assert seed(1, u32p(), i64p(), 0) == 0
