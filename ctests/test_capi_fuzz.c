@@ -253,6 +253,9 @@ typedef struct {
   int mode; /* 0 none, 1 add, 2 assign, 3 noop */
   bool nested; /* calls back into the library */
   KVStoreHandle kv;
+  KVStoreHandle side; /* threaded runs: a store without updater the updater pushes into */
+  int keys_kind;      /* single-threaded runs: 1 int keys, 2 string keys (checked), 0 unchecked */
+  bool str_cb;        /* a string updater is installed */
   atomic_long calls;
 } UpdCtx;
 
@@ -705,19 +708,53 @@ static void upd_nested(UpdCtx *c, NDArrayHandle recv) {
   NDArrayHandle h = NULL;
   if (MXNDArrayGetDataNDArray(recv, &h) != 0) FAIL("updater: GetDataNDArray failed: %s", MXGetLastError());
   if (MXNDArrayFree(h) != 0) FAIL("updater: Free failed");
+  if (c->side != NULL) {
+    /* a push of recv and a pull into a new array on another store (0 or -1
+       with a text: recv may have another shape than the side keys) */
+    int k = (int)(atomic_load(&c->calls) % 4);
+    int rc = MXKVStorePush(c->side, 1, &k, &recv, 0);
+    if (rc != 0 && (rc != -1 || MXGetLastError()[0] != 'M')) FAIL("updater: side push rc %d", rc);
+    uint32_t sh[2] = {2, 2};
+    NDArrayHandle o = NULL;
+    if (MXNDArrayCreateEx(sh, 2, DEV_CPU, 0, 0, DT_F32, &o) != 0) FAIL("updater: create failed");
+    rc = MXKVStorePull(c->side, 1, &k, &o, 0);
+    if (rc != 0) FAIL("updater: side pull failed: %s", MXGetLastError());
+    if (MXNDArrayFree(o) != 0) FAIL("updater: Free failed");
+  }
 }
 
+static void fuzz_updater_body(UpdCtx *c, NDArrayHandle recv, NDArrayHandle local);
+
 static void fuzz_updater(int key, NDArrayHandle recv, NDArrayHandle local, void *handle) {
-  (void)key;
   UpdCtx *c = handle;
+  if (c->keys_kind == 1) {
+    bool ok = false;
+    for (int i = 0; i < NKEYS; i++) ok |= INT_KEYS[i] == key;
+    if (!ok) FAIL("int updater called with key %d, not a key of the store", key);
+  } else if (c->keys_kind == 2) {
+    /* string keys without a string updater: internal ids in registration order */
+    if (c->str_cb) FAIL("int updater called on a string-key store with a string updater");
+    if (key < 0 || key >= NKEYS) FAIL("int updater called with internal id %d", key);
+  }
+  fuzz_updater_body(c, recv, local);
+}
+
+static void fuzz_updater_body(UpdCtx *c, NDArrayHandle recv, NDArrayHandle local) {
   atomic_fetch_add(&c->calls, 1);
   if (c->nested) upd_nested(c, recv);
   upd_apply(c, recv, local);
   if (MXNDArrayFree(recv) != 0 || MXNDArrayFree(local) != 0) FAIL("updater: Free failed: %s", MXGetLastError());
 }
 static void fuzz_str_updater(const char *key, NDArrayHandle recv, NDArrayHandle local, void *handle) {
+  UpdCtx *c = handle;
   if (key == NULL) FAIL("string updater: NULL key");
-  fuzz_updater(-1, recv, local, handle);
+  if (c->keys_kind == 1) FAIL("string updater called on an int-key store");
+  if (c->keys_kind == 2) {
+    bool ok = false;
+    for (int i = 0; i < NKEYS; i++) ok |= strcmp(STR_KEYS[i], key) == 0;
+    if (!ok) FAIL("string updater called with key \"%s\", not a key of the store", key);
+  }
+  fuzz_updater_body(c, recv, local);
 }
 
 /* the model's result of an update: stored `l`, merged `r` */
@@ -1133,6 +1170,7 @@ static void op_new_store(void) {
   s->device = strstr(s->type, "device") != NULL;
   s->upd = &g_upd[si];
   s->upd->mode = 0;
+  s->upd->keys_kind = 0;
   s->upd->kv = s->h;
   const char *t = NULL;
   MUST_OK(MXKVStoreGetType(s->h, &t));
@@ -1974,10 +2012,20 @@ static void op_updater(void) {
   s->upd->mode = mode;
   s->upd->nested = chance(40);
   TRACE("updater mode %d nested %d on store %ld", mode, s->upd->nested, (long)(s - g_st));
+  s->upd->keys_kind = s->str ? 2 : 1;
   switch (rn(3)) {
-    case 0: MUST_OK(MXKVStoreSetUpdater(s->h, fuzz_updater, s->upd)); break;
-    case 1: MUST_OK(MXKVStoreSetUpdaterEx(s->h, fuzz_updater, fuzz_str_updater, s->upd)); break;
-    default: MUST_OK(MXKVStoreSetUpdaterEx(s->h, fuzz_updater, NULL, s->upd)); break;
+    case 0:
+      MUST_OK(MXKVStoreSetUpdater(s->h, fuzz_updater, s->upd));
+      s->upd->str_cb = false;
+      break;
+    case 1:
+      MUST_OK(MXKVStoreSetUpdaterEx(s->h, fuzz_updater, fuzz_str_updater, s->upd));
+      s->upd->str_cb = true;
+      break;
+    default:
+      MUST_OK(MXKVStoreSetUpdaterEx(s->h, fuzz_updater, NULL, s->upd));
+      s->upd->str_cb = false;
+      break;
   }
 }
 
@@ -2316,6 +2364,98 @@ static void op_save_load(void) {
   free(b);
 }
 
+/* Loads of mutated .params bytes: bit flips, extreme integers at random
+   offsets, inserted and deleted bytes. 0 or -1; what loads must be usable
+   (getters, a copy to CPU, a save) and freed. */
+static void op_load_mutated(void) {
+  g_what = "load mutated";
+  NDArrayHandle hs[8];
+  const char *names[8];
+  char namebuf[8][16];
+  int n = 0;
+  for (int i = 0; i < 1 + rn(6); i++) {
+    int s = pick_live_arr();
+    if (s < 0) break;
+    if (g_arr[s].stype == -1 || g_arr[s].is_part) continue;
+    hs[n] = g_arr[s].h;
+    snprintf(namebuf[n], sizeof namebuf[n], "n%d", n);
+    names[n] = namebuf[n];
+    n++;
+  }
+  char path[300];
+  snprintf(path, sizeof path, "%s/m.params", g_tmpdir);
+  if (MXNDArraySave(path, (uint32_t)n, hs, chance(50) ? names : NULL) != 0) {
+    check_err_text("MXNDArraySave");
+    return;
+  }
+  size_t len;
+  unsigned char *b = read_file(path, &len);
+  size_t cap = len + 64;
+  b = realloc(b, cap);
+  int muts = 1 + rn(4);
+  for (int m = 0; m < muts && len > 0; m++) {
+    size_t at = (size_t)rn((int)len);
+    switch (rn(5)) {
+      case 0: b[at] ^= (unsigned char)(1u << rn(8)); break;
+      case 1: {
+        static const uint64_t ext[] = {0, 1, 0xffffffffull, 0x7fffffffull, 0x80000000ull, UINT64_MAX,
+                                       (uint64_t)INT64_MAX, 0x100000000ull, 2, 3, 0xF993FAC9ull, 0x112};
+        uint64_t x = ext[rn(12)];
+        size_t w = chance(50) ? 4 : 8;
+        at &= ~(size_t)3;
+        if (at + w <= len) memcpy(b + at, &x, w);
+        break;
+      }
+      case 2:
+        if (len + 4 < cap) {
+          memmove(b + at + 4, b + at, len - at);
+          for (int k = 0; k < 4; k++) b[at + k] = (unsigned char)rn(256);
+          len += 4;
+        }
+        break;
+      case 3: {
+        size_t d = 1 + (size_t)rn(8);
+        if (at + d <= len) {
+          memmove(b + at, b + at + d, len - at - d);
+          len -= d;
+        }
+        break;
+      }
+      default: len = at; break;
+    }
+  }
+  uint32_t sz = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **nm = NULL;
+  int rc = ANY(MXNDArrayLoadFromBuffer(b, len, &sz, &arr, &nn, &nm));
+  free(b);
+  if (rc != 0) return;
+  if (sz > 64) FAIL("a mutated buffer of %zu bytes loaded %u arrays", len, sz);
+  NDArrayHandle got[64];
+  memcpy(got, arr, sz * sizeof(NDArrayHandle));
+  for (uint32_t i = 0; i < nn; i++)
+    if (nm[i] == NULL) FAIL("load: name %u is NULL", i);
+  for (uint32_t i = 0; i < sz; i++) {
+    int dt, st, devt, devid, nd;
+    const int64_t *sh;
+    MUST_OK(MXNDArrayGetDType(got[i], &dt));
+    MUST_OK(MXNDArrayGetStorageType(got[i], &st));
+    MUST_OK(MXNDArrayGetContext(got[i], &devt, &devid));
+    MUST_OK(MXNDArrayGetShapeEx64(got[i], &nd, &sh));
+    size_t ne = 1;
+    for (int d = 0; d < nd; d++) ne = sh[d] > 0 && ne < (1u << 20) ? ne * (size_t)sh[d] : (sh[d] == 0 ? 0 : ne);
+    if (st == 0 && ne <= MAXEL) {
+      unsigned char buf[MAXEL * 8];
+      (void)ANY(MXNDArraySyncCopyToCPU(got[i], buf, ne));
+    }
+    if (st > 0) (void)ANY(MXNDArraySyncCheckFormat(got[i], true));
+  }
+  char p2[300];
+  snprintf(p2, sizeof p2, "%s/m2.params", g_tmpdir);
+  (void)ANY(MXNDArraySave(p2, sz, got, NULL));
+  for (uint32_t i = 0; i < sz; i++) MUST_OK(MXNDArrayFree(got[i]));
+}
+
 /* ------------------------------------------------------------ the driver */
 
 static void full_check(void) {
@@ -2380,7 +2520,8 @@ static void run_seed(uint64_t seed, long ops) {
     else if (r < 89) op_compression();
     else if (r < 93) op_store_misc();
     else if (r < 96) op_global();
-    else op_save_load();
+    else if (r < 98) op_save_load();
+    else op_load_mutated();
     if (g_op % 200 == 199) full_check();
   }
   g_what = "final check";
@@ -2684,6 +2825,18 @@ static void run_threads(uint64_t seed, int nthreads, long ops) {
     t_upd[i].kv = NULL;
   }
   t_ops = ops;
+  static KVStoreHandle side;
+  MUST_OK(MXKVStoreCreate(seed % 3 ? "local" : "device", &side));
+  {
+    int ks[4] = {0, 1, 2, 3};
+    uint32_t sh[2] = {2, 2};
+    NDArrayHandle h[4];
+    for (int i = 0; i < 4; i++) MUST_OK(MXNDArrayCreateEx(sh, 2, DEV_CPU, 0, 0, DT_F32, &h[i]));
+    MUST_OK(MXKVStoreInit(side, 4, ks, h));
+    for (int i = 0; i < 4; i++) MUST_OK(MXNDArrayFree(h[i]));
+  }
+  for (int i = 0; i < TSTORES; i++) t_upd[i].side = i == 0 ? side : NULL;
+  t_stable_upd.side = side;
   MUST_OK(MXKVStoreCreate("local", &t_stable[0]));
   MUST_OK(MXKVStoreCreate(seed % 2 ? "device" : "local", &t_stable[1]));
   t_stable_upd.mode = 1;
@@ -2715,6 +2868,7 @@ static void run_threads(uint64_t seed, int nthreads, long ops) {
   g_n_checked += checked;
   MUST_OK(MXKVStoreFree(t_stable[0]));
   MUST_OK(MXKVStoreFree(t_stable[1]));
+  MUST_OK(MXKVStoreFree(side));
   for (int i = 0; i < TPOOL; i++) {
     uintptr_t h = atomic_exchange(&t_arr[i], 0);
     if (h) (void)MXNDArrayFree((NDArrayHandle)h); /* may be stale (freed, slot kept) */
@@ -2817,6 +2971,10 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "%s/f%d.params", g_tmpdir, i);
     unlink(cmd);
   }
+  snprintf(cmd, sizeof cmd, "%s/m.params", g_tmpdir);
+  unlink(cmd);
+  snprintf(cmd, sizeof cmd, "%s/m2.params", g_tmpdir);
+  unlink(cmd);
   for (int i = 0; i < 16; i++) {
     snprintf(cmd, sizeof cmd, "%s/t%d.params", g_tmpdir, i);
     unlink(cmd);
