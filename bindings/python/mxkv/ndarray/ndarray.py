@@ -969,15 +969,19 @@ class NDArray(object):
                 return _csr_dense_mul(a, b, ufunc is np.true_divide)
             if self._is_sparse or other._is_sparse or (out is not None and out._is_sparse):
                 return _storage_fallback(self, other, ufunc, reverse, out)
-            if other.dtype != self.dtype:
-                raise MXNetError('operands have different dtypes: %s vs %s'
-                                 % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
             a, b = (other, self) if reverse else (self, other)
+            if dtype_np_to_mx(a.dtype) != dtype_np_to_mx(b.dtype):
+                # MXNet's broadcast_* operators: ElemwiseType<2, 1> (type inference, in
+                # the operator call: nothing runs, nothing is written)
+                raise _inference_error(
+                    'Check failed: assign(&dattr, vec.at(i)): Incompatible attr in node  at '
+                    '1-th input: expected %s, got %s' % (_dtype_name(a.dtype),
+                                                         _dtype_name(b.dtype)))
             try:
                 shape = np.broadcast_shapes(a.shape, b.shape)
             except ValueError:
-                raise MXNetError('operands could not be broadcast together: %s vs %s'
-                                 % (a.shape, b.shape))
+                raise _inference_error('operands could not be broadcast together: %s vs %s'
+                                       % (a.shape, b.shape))
             if out is None:  # on the first operand's context, as MXNet's GetContext
                 res = empty(shape, ctx=_op_context(a.context), dtype=self.dtype)
             else:
@@ -1162,6 +1166,20 @@ class NDArray(object):
     def T(self):  # pylint: disable=invalid-name
         """transposed copy"""
         return array(self.asnumpy().T, ctx=_op_context(self.context), dtype=self.dtype)
+
+
+def _dtype_name(dtype):
+    """MXNet's name of a dtype in its messages (float32, int64, bfloat16 ...)"""
+    return 'bfloat16' if dtype is bfloat16 else np.dtype(dtype).name
+
+
+def _inference_error(text):
+    """an MXNetError of an operator's shape or type inference: MXNet raises it from the
+    operator call itself (not at a later wait, as a kernel's failure), before any output
+    is allocated or anything else of that call runs"""
+    err = MXNetError(text)
+    err.mxkv_inference_failure = True
+    return err
 
 
 def _c_div(num, den):

@@ -84,6 +84,14 @@ def _new_alloc_handle(stype, shape, ctx, delay_alloc, dtype, aux_types, aux_shap
     return hdl
 
 
+def _dtype_mix(first, second):
+    """the type inference failure (ElemwiseType) of MXNet's elemwise / broadcast binary
+    operators for operands of two dtypes, `first` being the operator's input 0"""
+    return _dense._inference_error(
+        'Check failed: assign(&dattr, vec.at(i)): Incompatible attr in node  at 1-th input: '
+        'expected %s, got %s' % (_dense._dtype_name(first.dtype), _dense._dtype_name(second.dtype)))
+
+
 def _check_shape(s1, s2):
     """check s1 == s2 if both are not None"""
     if s1 and s2 and tuple(s1) != tuple(s2):
@@ -402,8 +410,7 @@ class RowSparseNDArray(BaseSparseNDArray):
         if not isinstance(other, RowSparseNDArray) or other.shape != self.shape:
             return None
         if other.dtype != self.dtype:
-            raise MXNetError('operands have different dtypes: %s vs %s'
-                             % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
+            raise _dtype_mix(self, other)
         ldata, lidx = self._value_parts()
         rdata, ridx = other._value_parts()
         idx = np.union1d(lidx, ridx).astype(np.int64)
@@ -473,8 +480,7 @@ class RowSparseNDArray(BaseSparseNDArray):
         if not isinstance(other, NDArray) or other._is_sparse or other.shape != self.shape:
             return None
         if other.dtype != self.dtype:
-            raise MXNetError('operands have different dtypes: %s vs %s'
-                             % (np.dtype(self.dtype).name, np.dtype(other.dtype).name))
+            raise _dtype_mix(self, other) if rsp_first else _dtype_mix(other, self)
         data, idx = self._value_parts()
         rows = self.shape[0]
         if idx.size and (idx.min() < 0 or idx.max() >= rows):
@@ -1030,8 +1036,7 @@ def _csr_dense_add_sub(csr, dns, subtract, csr_first, out=None):
     elements the csr array does not store keep the dense operand's bits (-0.0 too).
     float32 and float64 only (MXNet's MSHADOW_SGL_DBL_TYPE_SWITCH)."""
     if dtype_np_to_mx(csr.dtype) != dtype_np_to_mx(dns.dtype):
-        raise MXNetError('operands have different dtypes: %s vs %s'
-                         % (np.dtype(csr._np_dtype).name, np.dtype(dns._np_dtype).name))
+        raise _dtype_mix(csr, dns) if csr_first else _dtype_mix(dns, csr)
     if csr._np_dtype not in (np.float32, np.float64):
         raise MXNetError('elemwise add/sub of a csr and a dense array: MXNet 1.9.1 supports '
                          'float32 and float64 only (got %s)' % np.dtype(csr._np_dtype).name)
@@ -1064,8 +1069,7 @@ def _csr_csr(lhs, rhs, ufunc):
     lhs nnz + rhs nnz values and leaves the tail after indptr[-1] unwritten; mxkv's
     parts hold exactly indptr[-1] of them."""
     if dtype_np_to_mx(lhs.dtype) != dtype_np_to_mx(rhs.dtype):
-        raise MXNetError('operands have different dtypes: %s vs %s'
-                         % (np.dtype(lhs._np_dtype).name, np.dtype(rhs._np_dtype).name))
+        raise _dtype_mix(lhs, rhs)
     if lhs.dtype is _dense.bfloat16:
         raise MXNetError('elemwise operators of two csr arrays: bfloat16 is not supported')
     ctx = _dense._op_context(lhs.context)
@@ -1171,12 +1175,11 @@ def _csr_dense_mul(csr, dns, divide):
     """elemwise_mul(csr, dense) as MXNet: a csr array of the csr operand's structure,
     each stored value times the dense element at its place (float32 and float64; MXNet
     fails for other dtypes, and for elemwise_div of a csr and a dense array)"""
+    if dtype_np_to_mx(csr.dtype) != dtype_np_to_mx(dns.dtype):
+        raise _dtype_mix(csr, dns)  # (the csr array is the first input; types come first)
     if divide:
         raise MXNetError('elemwise_div of a csr and a dense array: MXNet 1.9.1 has no '
                          'kernel for it (its storage type inference fails)')
-    if dtype_np_to_mx(csr.dtype) != dtype_np_to_mx(dns.dtype):
-        raise MXNetError('operands have different dtypes: %s vs %s'
-                         % (np.dtype(csr._np_dtype).name, np.dtype(dns._np_dtype).name))
     data, indptr, indices = csr._raw_parts()
     if indices.size == 0:  # not storage_initialized: FillZerosCsrImpl, any dtype
         return _csr_from_parts(data[:0], np.zeros(csr.shape[0] + 1, np.int64), indices,

@@ -1881,7 +1881,10 @@ class SGLD(Optimizer):
             _check_store_sparse_write(weight, step)
             weight[:] += step
         except MXNetError as exc:
-            if isinstance(exc, MXKVUsageError):
+            if isinstance(exc, MXKVUsageError) or getattr(exc, 'mxkv_inference_failure',
+                                                          False):
+                # (a type or shape inference failure, e.g. a weight and gradient of two
+                # dtypes: MXNet raises it from the operator call, before the noise)
                 raise
             # an operator's failure (MXNet reports it at the next wait, mxkv now): the
             # noise is drawn all the same, as MXNet's random operator does not wait on it
