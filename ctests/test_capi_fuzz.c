@@ -268,7 +268,7 @@ typedef struct {
 
 #define NKEYS 8
 typedef struct {
-  int mode; /* 0 none, 1 add, 2 assign, 3 noop */
+  int mode; /* 0 none, 1 add, 2 assign, 3 noop, 4 add without a cap (threaded counter) */
   bool nested; /* calls back into the library */
   KVStoreHandle kv;
   KVStoreHandle side; /* threaded runs: a store without updater the updater pushes into */
@@ -581,7 +581,7 @@ static int new_csr_random(uint32_t rows, uint32_t cols, int dtype, int devt, int
     for (uint32_t c = 0; c < cols; c++)
       if (chance(40)) {
         indices[nnz] = c;
-        vals[nnz] = rn(4);
+        vals[nnz] = dtype == DT_BOOL ? rn(2) : rn(4);
         a->v[r * cols + c] = vals[nnz];
         nnz++;
       }
@@ -709,7 +709,7 @@ static void upd_apply(UpdCtx *c, NDArrayHandle recv, NDArrayHandle local) {
     FAIL("updater: SyncCopyToCPU failed: %s", MXGetLastError());
   for (size_t i = 0; i < n; i++) {
     double r = get_elem(dt_r, br, i), l = get_elem(dt_l, bl, i);
-    double x = mode == 2 ? r : (l + r <= VMAX ? l + r : r);
+    double x = mode == 2 ? r : mode == 4 ? l + r : (l + r <= VMAX ? l + r : r);
     put_elem(dt_l, bl, i, x);
   }
   if (MXNDArraySyncCopyFromCPU(local, bl, n) != 0) FAIL("updater: SyncCopyFromCPU failed: %s", MXGetLastError());
@@ -1630,8 +1630,58 @@ static void op_pull(void) {
   int how = rn(3);
   int defect = chance(30) ? 1 + rn(7) : 0;
   if (defect == 0) {
-    TRACE("pull %d outputs (how %d) on store %ld", p.n, how, (long)(s - g_st));
+    /* with ignore_sparse, sparse outputs of dense keys are skipped (MXNet's
+       "non-default weights detected during kvstore pull" warning) */
+    int sp = -1;
+    double before[MAXEL];
+    if (how < 2 && p.n > 0 && p.n < 16 && chance(60)) {
+      int slot = -1;
+      for (int i = 0; i < p.n; i++)
+        if (s->keys[p.k.slot[i]].stype == 0 && s->keys[p.k.slot[i]].ndim == 2) slot = p.k.slot[i];
+      Key *key = &s->keys[slot < 0 ? 0 : slot];
+      if (slot >= 0) {
+        int devt, devid;
+        rand_ctx(&devt, &devid);
+        sp = chance(50) ? new_rsp_random(key->shape[0], key->shape[1], key->dtype, devt, devid)
+                        : new_csr_random(key->shape[0], key->shape[1], key->dtype, devt, devid);
+        if (sp >= 0) {
+          int at = rn(p.n + 1);
+          for (int i = p.n; i > at; i--) {
+            p.k.slot[i] = p.k.slot[i - 1];
+            p.k.ik[i] = p.k.ik[i - 1];
+            p.k.sk[i] = p.k.sk[i - 1];
+            p.outs[i] = p.outs[i - 1];
+            p.dst[i] = p.dst[i - 1];
+          }
+          keys_set(s, &p.k, at, slot);
+          p.outs[at] = g_arr[sp].h;
+          p.dst[at] = sp;
+          p.k.n = ++p.n;
+          memcpy(before, g_arr[sp].v, sizeof before);
+        }
+      }
+    }
+    TRACE("pull %d outputs (how %d, sparse output slot %d) on store %ld", p.n, how, sp, (long)(s - g_st));
     MUST_OK(call_pull(s->h, &p.k, p.outs, (uint32_t)p.n, s->str, how));
+    if (sp >= 0) {
+      /* the sparse output is left as it was */
+      PullArgs q = p;
+      int m = 0;
+      for (int i = 0; i < p.n; i++) {
+        if (p.dst[i] == sp) continue;
+        q.k.slot[m] = p.k.slot[i];
+        q.k.ik[m] = p.k.ik[i];
+        q.k.sk[m] = p.k.sk[i];
+        q.outs[m] = p.outs[i];
+        q.dst[m++] = p.dst[i];
+      }
+      q.n = q.k.n = m;
+      apply_pull(s, &q);
+      memcpy(g_arr[sp].v, before, sizeof before);
+      check_meta(&g_arr[sp]);
+      check_contents(&g_arr[sp]);
+      return;
+    }
     apply_pull(s, &p);
     return;
   }
@@ -2607,6 +2657,11 @@ static atomic_long t_progress;
    everything: 0 without an updater, 1 with the adding updater. */
 static KVStoreHandle t_stable[2];
 static UpdCtx t_stable_upd;
+/* a counter: every thread pushes 1 (float64) to one key of a store whose
+   updater adds; at the end the key holds the number of accepted pushes */
+static KVStoreHandle t_counter;
+static UpdCtx t_counter_upd;
+static atomic_long t_counted;
 #define TKEYS 4
 #define TEL 4
 
@@ -2745,10 +2800,30 @@ static void t_private(TState *t) {
   t->checked++;
 }
 
+static void t_count(TState *t) {
+  int key = 9;
+  uint32_t n = 1;
+  int nv = 1 + trn(t, 3);
+  NDArrayHandle hs[3];
+  int ks[3] = {key, key, key};
+  double one = 1;
+  for (int i = 0; i < nv; i++) {
+    T_MUST(MXNDArrayCreateEx(&n, 1, DEV_CPU, 0, 0, DT_F64, &hs[i]));
+    T_MUST(MXNDArraySyncCopyFromCPU(hs[i], &one, 1));
+  }
+  T_MUST(MXKVStorePush(t_counter, (uint32_t)nv, ks, hs, 0));
+  atomic_fetch_add(&t_counted, nv);
+  for (int i = 0; i < nv; i++) T_MUST(MXNDArrayFree(hs[i]));
+}
+
 static void *t_main(void *arg) {
   TState *t = arg;
   for (long i = 0; i < t_ops; i++) {
     atomic_fetch_add(&t_progress, 1);
+    if (trn(t, 100) < 5) {
+      t_count(t);
+      continue;
+    }
     if (trn(t, 100) < 25) {
       t_private(t);
       continue;
@@ -2905,6 +2980,19 @@ static void run_threads(uint64_t seed, int nthreads, long ops) {
     MUST_OK(MXKVStoreInit(t_stable[1], 1, &k0, &h));
     MUST_OK(MXNDArrayFree(h));
   }
+  MUST_OK(MXKVStoreCreate(seed % 2 ? "local" : "device", &t_counter));
+  t_counter_upd.mode = 4;
+  t_counter_upd.nested = false;
+  MUST_OK(MXKVStoreSetUpdater(t_counter, fuzz_updater, &t_counter_upd));
+  {
+    int k9 = 9;
+    uint32_t one = 1;
+    NDArrayHandle h;
+    MUST_OK(MXNDArrayCreateEx(&one, 1, DEV_CPU, 0, 0, DT_F64, &h));
+    MUST_OK(MXKVStoreInit(t_counter, 1, &k9, &h));
+    MUST_OK(MXNDArrayFree(h));
+  }
+  atomic_store(&t_counted, 0);
   static pthread_t th[16];
   static TState ts[16];
   if (nthreads > 16) nthreads = 16;
@@ -2921,6 +3009,20 @@ static void run_threads(uint64_t seed, int nthreads, long ops) {
   MUST_OK(MXKVStoreFree(t_stable[0]));
   MUST_OK(MXKVStoreFree(t_stable[1]));
   MUST_OK(MXKVStoreFree(side));
+  {
+    int k9 = 9;
+    uint32_t one = 1;
+    NDArrayHandle h;
+    double got = -1;
+    MUST_OK(MXNDArrayCreateEx(&one, 1, DEV_CPU, 0, 0, DT_F64, &h));
+    MUST_OK(MXKVStorePull(t_counter, 1, &k9, &h, 0));
+    MUST_OK(MXNDArraySyncCopyToCPU(h, &got, 1));
+    MUST_OK(MXNDArrayFree(h));
+    /* several values of one push are summed first: one update per push */
+    if (got != (double)atomic_load(&t_counted))
+      FAIL("threads: the counter key holds %g after %ld pushed ones", got, atomic_load(&t_counted));
+    MUST_OK(MXKVStoreFree(t_counter));
+  }
   for (int i = 0; i < TPOOL; i++) {
     uintptr_t h = atomic_exchange(&t_arr[i], 0);
     if (h) (void)MXNDArrayFree((NDArrayHandle)h); /* may be stale (freed, slot kept) */
