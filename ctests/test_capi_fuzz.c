@@ -690,6 +690,7 @@ static void upd_apply(UpdCtx *c, NDArrayHandle recv, NDArrayHandle local) {
   int st_r = -2, st_l = -2;
   if (MXNDArrayGetStorageType(recv, &st_r) != 0 || MXNDArrayGetStorageType(local, &st_l) != 0)
     FAIL("updater: GetStorageType failed: %s", MXGetLastError());
+  TRACE("    updater: recv stype %d, local stype %d, mode %d", st_r, st_l, mode);
   if (st_r != 0 || st_l != 0) return; /* sparse: left as it is */
   int dt_r, dt_l;
   uint32_t nd_r, nd_l;
@@ -1459,7 +1460,11 @@ static void apply_push(Store *s, const PushArgs *p) {
 
 static void forget_keys(Store *s, const Keys *k) {
   for (int i = 0; i < k->n; i++)
-    if (k->slot[i] >= 0) s->keys[k->slot[i]].known = false;
+    if (k->slot[i] >= 0) {
+      s->keys[k->slot[i]].known = false;
+      /* a push may make a csr key dense */
+      if (s->keys[k->slot[i]].stype == 2) s->keys[k->slot[i]].wild = true;
+    }
 }
 
 static void op_push(void) {
@@ -1485,7 +1490,11 @@ static void op_push(void) {
   }
   int defect = chance(30) ? 1 + rn(7) : 0;
   if (defect == 0) {
-    TRACE("push %d values on store %ld", p.n, (long)(s - g_st));
+    TRACE("push %d values on store %ld (updater mode %d)", p.n, (long)(s - g_st), s->upd->mode);
+    for (int i = 0; i < p.n; i++)
+      TRACE("  key slot %d (stype %d dtype %d) <- array slot %d (stype %d dtype %d: %g %g %g)", p.k.slot[i],
+            s->keys[p.k.slot[i]].stype, s->keys[p.k.slot[i]].dtype, p.src[i], g_arr[p.src[i]].stype,
+            g_arr[p.src[i]].dtype, g_arr[p.src[i]].v[0], g_arr[p.src[i]].v[1], g_arr[p.src[i]].v[2]);
     MUST_OK(call_push(s->h, &p.k, p.vals, (uint32_t)p.n, s->str));
     apply_push(s, &p);
     return;
@@ -1783,7 +1792,10 @@ static void op_pushpull(void) {
   }
   if (has_rsp || (s->compress && s->device)) {
     (void)ANY(call_pushpull(s->h, &p.k, (uint32_t)p.n, &q.k, (uint32_t)q.n, p.vals, q.outs, s->str));
-    forget_keys(s, &p.k);
+    /* (a dense value pushed to a csr key makes it dense: storage types too
+       are unknown now) */
+    for (int i = 0; i < p.n; i++) s->keys[p.k.slot[i]].wild = true;
+    for (int i = 0; i < q.n; i++) s->keys[q.k.slot[i]].wild = true;
     for (int i = 0; i < q.n; i++) g_arr[q.dst[i]].known = false;
     return;
   }
@@ -2624,7 +2636,8 @@ static void run_seed(uint64_t seed, long ops) {
     else if (r < 96) op_global();
     else if (r < 98) op_save_load();
     else op_load_mutated();
-    if (g_op % 200 == 199 && g_keep == NULL) full_check();
+    if (g_trace > 1) fprintf(stderr, "[%ld] = %s\n", g_op, g_what);
+    if (g_op % 200 == 199) full_check();
   }
   g_what = "final check";
   full_check();
@@ -3066,7 +3079,7 @@ static void tick(void) { atomic_fetch_add(&g_beat, 1); }
 
 int main(int argc, char **argv) {
   const char *tr = getenv("MXKV_FUZZ_TRACE");
-  g_trace = tr && tr[0] && tr[0] != '0';
+  g_trace = tr && tr[0] && tr[0] != '0' ? atoi(tr) > 1 ? 2 : 1 : 0;
   const char *keep = getenv("MXKV_FUZZ_KEEP");
   if (keep != NULL && argc >= 3) {
     /* a file of operation numbers, one a line */
