@@ -472,8 +472,14 @@ static int new_dense(int ndim, const uint32_t *shape, int dtype, int devt, int d
   Arr *a = &g_arr[s];
   memset(a, 0, sizeof *a);
   a->parent = -1;
-  int which = rn(3);
-  if (which == 0 || dtype != DT_F32 || ndim > 3) {
+  int which = rn(4);
+  if (which == 3) {
+    /* storage type 0 through the sparse constructor: a dense array, as in MXNet */
+    uint32_t ash[1] = {(uint32_t)rn(3)}, andim[1] = {1};
+    int atype[1] = {DT_I64};
+    MUST_OK(MXNDArrayCreateSparseEx(0, shape, (uint32_t)ndim, devt, devid, rn(2), dtype, (uint32_t)rn(2), atype,
+                                    andim, ash, &a->h));
+  } else if (which == 0 || dtype != DT_F32 || ndim > 3) {
     if (which == 2) {
       int64_t sh64[3];
       for (int i = 0; i < ndim; i++) sh64[i] = shape[i];
@@ -856,7 +862,7 @@ static void op_new_array(void) {
       case 5: {
         uint32_t sh2[2] = {3, 2}, ash[1] = {0}, andim[1] = {1};
         int atype[1] = {DT_I64};
-        static const int bad_st[] = {0, 3, -1, 7};
+        static const int bad_st[] = {3, -1, 7, -2};
         MUST_FAIL(MXNDArrayCreateSparseEx(bad_st[rn(4)], sh2, 2, DEV_CPU, 0, 0, DT_F32, 1, atype, andim, ash, &h));
         break;
       }

@@ -180,11 +180,23 @@ fn create_sparse(
     if out.is_null() {
         return Err(Error::new("out (output pointer) is NULL"));
     }
-    let stype = StorageType::sparse_from_code(storage_type)?;
     let aux_types = aux_types
         .into_iter()
         .map(DType::from_code)
         .collect::<Result<Vec<_>>>()?;
+    if storage_type == StorageType::Default.code() {
+        // MXNet 1.9.1's sparse constructor with kDefaultStorage makes a
+        // dense array of the shape, dtype and context; the aux arguments
+        // are read and otherwise unused (they do not make it sparse).
+        let a = NDArray::zeros(
+            shape,
+            DType::from_code(dtype)?,
+            Context::create(dev_type, dev_id)?,
+        )?;
+        // SAFETY: `out` is non-NULL and writable, per the contract.
+        return unsafe { write_out(out, new_handle(a), "out") };
+    }
+    let stype = StorageType::sparse_from_code(storage_type)?;
     let a = NDArray::sparse_zeros(
         stype,
         shape,
