@@ -46,7 +46,8 @@ from .ndarray import (NDArray, dtype_np_to_mx, dtype_mx_to_np, _STORAGE_TYPE_STR
 from . import ndarray as _dense
 
 __all__ = ['BaseSparseNDArray', 'RowSparseNDArray', 'CSRNDArray', 'row_sparse_array', 'csr_matrix',
-           'retain', 'zeros', 'empty', 'array', 'add', 'subtract', 'multiply', 'divide', 'zeros_like']
+           'retain', 'zeros', 'empty', 'array', 'add', 'subtract', 'multiply', 'divide',
+           'zeros_like', 'sgd_update', 'sgd_mom_update', 'adam_update', 'ftrl_update']
 
 _STORAGE_AUX_TYPES = {
     'row_sparse': [np.int64],
@@ -1488,5 +1489,8 @@ def divide(lhs, rhs):
     return lhs / rhs
 
 
-# MXNet registers zeros_like in mx.nd.sparse too (ones_like is not)
+# MXNet registers zeros_like in mx.nd.sparse too (ones_like is not), and its optimizer
+# operators with row_sparse kernels
 zeros_like = _dense.zeros_like
+# pylint: disable=wrong-import-position
+from ._update_ops import sgd_update, sgd_mom_update, adam_update, ftrl_update  # noqa: E402
