@@ -153,8 +153,6 @@ print(json.dumps([mixed(*case[1:]) if case[0] == 'mixed' else run(*case)
 # inference of an update operator or an NDArray operation on a float32 state
 EXACT_TEXTS = ('This operation only support floating point types',
                'Incompatible attr in node  at ')
-# built from NDArray operations: mxkv's binary operations name a dtype mix their own way
-NDARRAY_OPS = ('adamax', 'test', 'dcasgd', 'sgld')
 
 OPTIMIZERS = [
     ('sgd', {}), ('sgd', {'momentum': 0.9}), ('sgd', {'lazy_update': False}),
@@ -198,7 +196,7 @@ def test_optimizers_on_integer_weights_fail_or_compute_as_mxnet():
                     r['error'][0], r['text'], ('raised %s: %r' % (g['error'][0], g['text']))
                     if 'error' in g else 'did not')))
                 continue
-            if any(t in r['text'] for t in EXACT_TEXTS) and case[0] not in NDARRAY_OPS and \
+            if any(t in r['text'] for t in EXACT_TEXTS) and \
                     not g['text'].startswith(r['text']):   # (+ mxkv's note on fused ops)
                 diffs.append((case, 'texts differ: %r vs %r' % (r['text'], g['text'])))
                 continue
