@@ -441,7 +441,8 @@ static void check_contents(Arr *a) {
 }
 
 static void rand_shape(int *ndim, uint32_t *shape, int max_dim) {
-  *ndim = 1 + rn(3);
+  /* (ndim 0: one element, a scalar, as MXNet 1.9.1 makes it) */
+  *ndim = rn(12) == 0 ? 0 : 1 + rn(3);
   for (int i = 0; i < *ndim; i++) shape[i] = (uint32_t)rn(max_dim + 1);
 }
 
@@ -1540,6 +1541,7 @@ static void op_push(void) {
       int nd = key->ndim;
       uint32_t sh[3];
       memcpy(sh, key->shape, sizeof sh);
+      if (nd == 0) return;
       sh[rn(nd)] += 1 + (uint32_t)rn(2);
       int a = get_dense(nd, sh, key->dtype, false);
       if (a < 0) return;
@@ -1737,6 +1739,7 @@ static void op_pull(void) {
       int nd = key->ndim;
       uint32_t sh[3];
       memcpy(sh, key->shape, sizeof sh);
+      if (nd == 0) return;
       sh[rn(nd)] += 1;
       int a = get_dense(nd, sh, -1, true);
       if (a < 0) return;

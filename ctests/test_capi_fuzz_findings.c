@@ -6,6 +6,8 @@
  */
 #include "check.h"
 
+#include <unistd.h>
+
 /* MXNDArrayCreateSparseEx(Ex64) with storage type 0 (default): MXNet 1.9.1's
    sparse NDArray constructor with kDefaultStorage makes a dense array of the
    shape, dtype and context (the aux arguments are read and otherwise
@@ -61,8 +63,53 @@ static void test_create_sparse_ex_default_storage(void) {
   CHECK_LIVE(start);
 }
 
+/* An array of ndim 0 (shape (), one element, as MXNDArrayCreateEx makes it
+   from ndim 0, as MXNet 1.9.1 does) cannot be saved: the .params format
+   (MXNet's NDArray::Load, and libmxkv's) reads a V2 shape of ndim 0 as an
+   empty (CreateNone) array with nothing after it, so the element, context
+   and dtype written for it were read as the next record. libmxkv saved it
+   (rc 0) and the load then failed ("the file claims 12884901888 names") or,
+   worse, returned 0 with a CreateNone array in its place and the arrays
+   after it misread (seed 31 of the fuzzer). MXNet 1.9.1 writes the file
+   and crashes loading it. Now the save is refused before the file is
+   opened, as for a CreateNone array. */
+static void test_save_ndim0_refused(void) {
+  live_t start = live_now();
+  char dir[] = "/tmp/mxkv_findings_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[64];
+  snprintf(path, sizeof path, "%s/s.params", dir);
+  NDArrayHandle scalar = NULL;
+  const uint32_t none_dims[1] = {0};
+  CHECK_OK(MXNDArrayCreateEx(none_dims, 0, DEV_CPU, 0, 0, DT_F32, &scalar));
+  const float five = 5, v[3] = {1, 2, 3};
+  CHECK_OK(MXNDArraySyncCopyFromCPU(scalar, &five, 1));
+  NDArrayHandle vec = make_f32(3, v);
+  NDArrayHandle hs[2] = {scalar, vec};
+  const char *names[2] = {"s", "v"};
+  CHECK_ERR(MXNDArraySave(path, 2, hs, names), "MXNDArraySave: ");
+  CHECK_ERR(MXNDArraySave(path, 1, hs, NULL), "ndim 0");
+  CHECK(access(path, F_OK) != 0); /* nothing written */
+  /* the vector alone saves and loads */
+  CHECK_OK(MXNDArraySave(path, 1, &vec, NULL));
+  uint32_t n = 0, nn = 0;
+  NDArrayHandle *arr = NULL;
+  const char **nm = NULL;
+  CHECK_OK(MXNDArrayLoad(path, &n, &arr, &nn, &nm));
+  CHECK(n == 1 && nn == 0);
+  NDArrayHandle got = arr[0];
+  CHECK_F32(got, 3, 1, 2, 3);
+  CHECK_OK(MXNDArrayFree(got));
+  CHECK(unlink(path) == 0);
+  CHECK(rmdir(dir) == 0);
+  CHECK_OK(MXNDArrayFree(scalar));
+  CHECK_OK(MXNDArrayFree(vec));
+  CHECK_LIVE(start);
+}
+
 int main(void) {
   test_create_sparse_ex_default_storage();
+  test_save_ndim0_refused();
   printf("test_capi_fuzz_findings: ok\n");
   return 0;
 }

@@ -70,6 +70,16 @@ fn check_save<'a>(arrays: &'a [NDArray], names: &[Vec<u8>]) -> Result<Vec<Saved<
             StorageType::Undefined => {
                 bail!("Unknown storage type-1: cannot save an empty NDArray (MXNDArrayCreateNone)")
             }
+            // The format (MXNet's `NDArray::Load`, and `load` here) reads a
+            // shape of ndim 0 as a CreateNone array with nothing after it:
+            // the element, context and dtype written for one would be read
+            // as the next record (MXNet 1.9.1 writes such a file and crashes
+            // loading it).
+            StorageType::Default if a.shape().ndim() == 0 => bail!(
+                "cannot save an array of ndim 0 (shape (), one element): the .params format \
+                 reads ndim 0 as an empty NDArray with nothing after it, so the file would \
+                 load back wrong (MXNet 1.9.1 writes it and fails loading it)"
+            ),
             StorageType::Default => Ok(Saved::Dense(a)),
             StorageType::RowSparse | StorageType::Csr => {
                 check_savable(a)?;
