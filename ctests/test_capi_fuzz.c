@@ -2396,6 +2396,13 @@ static void op_save_load(void) {
     int s = pick_live_arr();
     if (s < 0) break;
     if (g_arr[s].stype == -1 || g_arr[s].stype == 2 || g_arr[s].is_part) continue;
+    if (g_arr[s].ndim == 0) {
+      /* an array of ndim 0 cannot be saved (the format reads ndim 0 as an
+         empty array): refused before anything is written */
+      hs[n] = g_arr[s].h;
+      MUST_FAIL(MXNDArraySave(path, (uint32_t)n + 1, hs, NULL));
+      continue;
+    }
     hs[n] = g_arr[s].h;
     src[n] = s;
     snprintf(namebuf[n], sizeof namebuf[n], chance(20) ? "\xff%d" : "arg:%d", n);
