@@ -274,6 +274,8 @@ typedef struct {
   KVStoreHandle side; /* threaded runs: a store without updater the updater pushes into */
   int keys_kind;      /* single-threaded runs: 1 int keys, 2 string keys (checked), 0 unchecked */
   bool str_cb;        /* a string updater is installed */
+  bool free_store;    /* the next call frees the store it updates (kv), from inside */
+  bool freed;         /* ... and did */
   atomic_long calls;
 } UpdCtx;
 
@@ -724,13 +726,23 @@ static void upd_apply(UpdCtx *c, NDArrayHandle recv, NDArrayHandle local) {
 }
 
 static void upd_nested(UpdCtx *c, NDArrayHandle recv) {
+  if (c->free_store) {
+    /* the store is freed from inside its own updater: the push in flight
+       goes on (it holds the store), every later call sees a stale handle */
+    c->free_store = false;
+    if (MXKVStoreFree(c->kv) != 0) FAIL("updater: MXKVStoreFree of its own store failed: %s", MXGetLastError());
+    c->freed = true;
+    const char *t;
+    if (MXKVStoreGetType(c->kv, &t) != -1) FAIL("updater: GetType of the freed store did not fail");
+  }
   /* calls back into the library: getters, a failing call, the store's type */
   int devt, devid;
   if (MXNDArrayGetContext(recv, &devt, &devid) != 0) FAIL("updater: GetContext failed");
   if (MXNDArrayWaitToRead(recv) != 0) FAIL("updater: WaitToRead failed");
   if (MXNDArrayFree((void *)(uintptr_t)3) != -1) FAIL("updater: Free of a garbage handle did not fail");
   const char *t = NULL;
-  if (c->kv != NULL && MXKVStoreGetType(c->kv, &t) != 0) FAIL("updater: GetType failed: %s", MXGetLastError());
+  if (c->kv != NULL && !c->freed && MXKVStoreGetType(c->kv, &t) != 0)
+    FAIL("updater: GetType failed: %s", MXGetLastError());
   NDArrayHandle h = NULL;
   if (MXNDArrayGetDataNDArray(recv, &h) != 0) FAIL("updater: GetDataNDArray failed: %s", MXGetLastError());
   if (MXNDArrayFree(h) != 0) FAIL("updater: Free failed");
@@ -1497,12 +1509,25 @@ static void op_push(void) {
   }
   int defect = chance(30) ? 1 + rn(7) : 0;
   if (defect == 0) {
-    TRACE("push %d values on store %ld (updater mode %d)", p.n, (long)(s - g_st), s->upd->mode);
+    bool free_inside = s->upd->mode != 0 && s->upd->nested && p.n > 0 && chance(5);
+    s->upd->free_store = free_inside;
+    s->upd->freed = false;
+    TRACE("push %d values on store %ld (updater mode %d, frees the store %d)", p.n, (long)(s - g_st),
+          s->upd->mode, free_inside);
     for (int i = 0; i < p.n; i++)
       TRACE("  key slot %d (stype %d dtype %d) <- array slot %d (stype %d dtype %d: %g %g %g)", p.k.slot[i],
             s->keys[p.k.slot[i]].stype, s->keys[p.k.slot[i]].dtype, p.src[i], g_arr[p.src[i]].stype,
             g_arr[p.src[i]].dtype, g_arr[p.src[i]].v[0], g_arr[p.src[i]].v[1], g_arr[p.src[i]].v[2]);
     MUST_OK(call_push(s->h, &p.k, p.vals, (uint32_t)p.n, s->str));
+    s->upd->free_store = false;
+    if (s->upd->freed) {
+      s->upd->freed = false;
+      const char *t;
+      MUST_FAIL(MXKVStoreGetType(s->h, &t));
+      remember_dead_kv(s->h);
+      s->live = false;
+      return;
+    }
     apply_push(s, &p);
     return;
   }
@@ -2221,7 +2246,11 @@ static void op_store_misc(void) {
     case 1: MUST_OK(MXKVStoreBarrier(s->h)); break;
     case 2: MUST_OK(MXKVStoreSetBarrierBeforeExit(s->h, rn(3) - 1)); break;
     case 3: MUST_OK(MXKVStoreRunServer(s->h, NULL, NULL)); break;
-    case 4: (void)ANY(MXKVStoreSendCommmandToServers(s->h, rn(8) - 1, chance(50) ? "body" : "")); break;
+    case 4:
+      /* a local store has no servers: any command is a no-op (MXNet's KVStore base) */
+      MUST_OK(MXKVStoreSendCommmandToServers(s->h, rn(10) - 2, chance(50) ? "body" : ""));
+      MUST_FAIL(MXKVStoreSendCommmandToServers(s->h, 0, NULL));
+      break;
     case 5:
       MUST_OK(MXKVStoreGetNumDeadNode(s->h, rn(10), &r, rn(3)));
       if (r != 0) FAIL("dead nodes %d", r);
