@@ -16,13 +16,24 @@ keys of float16/float64 with several outputs and row ids, updaters that record w
 are given (key type, recv/local dtype, storage, context, values) or raise, optimizers with
 rescale_grad/clip_gradient/multi_precision, save/load of optimizer states with and without
 the optimizer, bad gradient-compression parameters, init/broadcast of keys already there.
+With ``ext`` (session 15; without it a seed's scenario is what it was before) also: calls
+of no keys (``[]``, ``()``, ``[[]]``) of every operation, keys given an empty list of
+values or outputs, an empty list next to a key (``[[], k]`` is taken, ``[k, []]`` fails
+MXNet's key-type assertion), csr values at init and broadcast (csr keys), csr values in
+push/pushpull (MXNet refuses them before anything is pushed), csr and row_sparse outputs of
+pull/pushpull/broadcast, broadcasts of several row_sparse/csr/dense keys, cpu_pinned
+values, calls of the other key type once the store's type is fixed, and more misuse
+(_barrier, _send_command_to_servers, create of a bad name, load of a missing file).
 
 Operations that reach one of README's deliberate deviations carry a ``dev`` tag; results
 that differ from that operation on are not counted as findings.
 
-CLI: ``python kv_fuzz.py drive FIRST COUNT`` runs seeds FIRST..FIRST+COUNT-1 and prints
-every mismatch; ``python kv_fuzz.py show SEED`` prints a scenario; ``python kv_fuzz.py
-worker MODULE`` is the worker (scenarios as JSON lines on stdin).
+CLI: ``python kv_fuzz.py drive FIRST COUNT [tame] [ext]`` runs seeds FIRST..FIRST+COUNT-1
+and prints every mismatch (``tame``: the generator without the tagged deviations; ``ext``:
+with session 15's operations); ``python kv_fuzz.py show SEED [tame] [ext]`` prints a
+scenario, ``explain SEED [tame] [ext]`` runs it and prints both results of every
+operation; ``python kv_fuzz.py worker MODULE`` is the worker (scenarios as JSON lines on
+stdin).
 """
 import json
 import os
@@ -43,6 +54,10 @@ DENSE_DTYPES = ['float32', 'float32', 'float64', 'float16', 'int32', 'int64', 'u
 RSP_DTYPES = ['float32', 'float32', 'float64', 'float16']
 INT_KEYS = [0, 1, 2, 3, 5, 9, 17, -1, 1000003]
 STR_KEYS = ['a', 'w0', 'bias', 'x.y', 'k' * 40, '0', '\u00e9t\u00e9']
+
+# misuse cases of the ext generator
+MISUSE_EXT = ['barrier', 'send_command', 'create_bad', 'create_int', 'load_missing',
+              'init_other_kind', 'rowids_tuple_empty', 'pull_nested_empty']
 
 # (name, kwargs) for mx.optimizer.create; 'fp16' ones only with float16 keys
 OPTIMIZERS = [
@@ -77,9 +92,13 @@ GC_PARAMS = [
 
 # --- the generator ---------------------------------------------------------------------
 class _Gen(object):
-    def __init__(self, rng, wild):
+    def __init__(self, rng, wild, ext=False):
         self.rng = rng
         self.wild = wild
+        # ext: the operations added in session 15 (no-key and empty-list calls, csr
+        # values and outputs, cpu_pinned values, more misuse); without it a seed gives
+        # the scenario it gave before (the committed seeds of test_kv_fuzz.SEEDS)
+        self.ext = ext
         r = rng
         self.kind = r.choice(KINDS) if r.random() > 0.04 else 'teststore'
         self.str_keys = r.random() < 0.5
@@ -115,6 +134,8 @@ class _Gen(object):
             st = 'c'
         desc = {'st': st, 'shape': shape, 'dt': dt or m['dt'], 'dev': r.choice([0, 0, 1, 2, 3]),
                 'b': r.choice([0.5, -1.25, 3.0, 0.1, 7.0, -0.3, 1e3, 2.0])}
+        if self.ext and r.random() < 0.06:
+            desc['dev'] = -1   # cpu_pinned(0)
         if st == 'r':
             desc['rows'] = sorted(r.sample(range(shape[0]), r.randint(0, shape[0])))
         return desc
@@ -134,6 +155,11 @@ class _Gen(object):
         r = self.rng
         fresh = [k for k in self.keys if k not in self.inited]
         op = {'op': 'init'}
+        # a call of no keys takes the int entry points: as a store's first call it
+        # would make a string-key scenario's store an int-key one (as in MXNet)
+        if self.ext and (self.inited or not self.str_keys) and r.random() < 0.06:
+            op['key'], op['val'], op['tuple'] = [], [], r.random() < 0.3
+            return op
         if fresh and (r.random() < 0.85 or not self.wild):
             ks = r.sample(fresh, r.randint(1, len(fresh)))
         elif self.wild:
@@ -143,15 +169,11 @@ class _Gen(object):
             return None
         for k in ks:
             m = self.meta[k]
-            if m['st'] == 'd' and len(m['shape']) == 2 and r.random() < 0.15 \
+            if m['st'] == 'd' and len(m['shape']) == 2 and \
+                    r.random() < (0.3 if self.ext else 0.15) \
                     and m['dt'] in ('float32', 'float64', 'float16'):
                 m['csr_init'] = True
-                if m['dt'] != 'float32':
-                    op['dev'] = ('MXNet: a dense output of a non-float32 csr key fails '
-                                 'its float32 storage fallback (finding F1)')
-                if 'device' in self.kind:
-                    op['dev'] = ('MXNet device store: a csr key fails every pull after '
-                                 'the first multi-value push (finding F5)')
+                self._csr_tags(op, m)
         if len(ks) == 1 and r.random() < 0.5:
             k = ks[0]
             if self.wild and r.random() < 0.1:
@@ -169,11 +191,27 @@ class _Gen(object):
             op['key'] = ks
             op['tuple'] = r.random() < 0.2
             op['val'] = [self.val(k) for k in ks]
+            if self.ext:
+                # a key given no values is not inited (MXNet's init loops over none)
+                for j, k in enumerate(ks):
+                    if ks.count(k) == 1 and r.random() < 0.1 and (
+                            self.inited or sum(v != [] for v in op['val']) > 1):
+                        op['val'][j] = []
+                ks = [k for k, v in zip(ks, op['val']) if v != []]
         for k in ks:
             self.inited.add(k)
         if 'dev' in op:
             self.inited.update(ks)
         return op
+
+    def _csr_tags(self, op, m):
+        """the tags an init of a csr value of a key with meta `m` needs"""
+        if m['dt'] != 'float32':
+            op['dev'] = ('MXNet: a dense output of a non-float32 csr key fails '
+                         'its float32 storage fallback (finding F1)')
+        if 'device' in self.kind:
+            op['dev'] = ('MXNet device store: a csr key fails every pull after '
+                         'the first multi-value push (finding F5)')
 
     def _count(self, k, n):
         """the number of values a multi-value push of k may have (MXNet's buffers)"""
@@ -199,6 +237,11 @@ class _Gen(object):
             if j and r.random() < 0.2:
                 dt = r.choice(['float32', 'float64', 'float16', 'int32'])
             wrong = self.wild and r.random() < 0.04
+            if self.ext and len(m['shape']) == 2 and r.random() < 0.03 \
+                    and (dt or m['dt']) in ('float32', 'float64', 'float16'):
+                # MXNet's GroupKVPairsPush refuses csr values before anything is pushed
+                st, wrong = 'c', False
+                op['csr_push'] = True
             if wrong:
                 op['dev'] = 'pushed shape differs (deviation 3)'
             if j == 0 and self.wild and r.random() < 0.04:
@@ -216,6 +259,10 @@ class _Gen(object):
         for k in set(ks):
             m = self.meta[k]
             n = counts[k]
+            if k not in self.inited:
+                op['dev'] = 'push of a key not inited (deviation 5)'
+            if n == 0:
+                continue
             if self.updater == 'opt' and m['st'] == 'r' and m['dt'] != 'float32':
                 op['dev'] = ('MXNet: an optimizer\'s storage fallback on a non-float32 '
                              'row_sparse weight fails (finding F3)')
@@ -240,9 +287,13 @@ class _Gen(object):
     def op_push(self, kind='push'):
         r = self.rng
         op = {'op': kind, 'prio': r.choice([0, 0, 0, 1, -3, 100])}
+        before = self._state() if self.ext else None
         if r.random() < 0.6:
             k = r.choice(self.keys)
-            n = self._count(k, r.choice([1, 1, 1, 2, 3, 4]))
+            n = r.choice([1, 1, 1, 2, 3, 4])
+            if self.ext and r.random() < 0.05:
+                n = 0   # push(k, []): nothing pushed
+            n = self._count(k, n)
             vals = self._push_vals(k, n, op)
             op['key'] = k
             op['val'] = vals[0] if n == 1 and r.random() < 0.7 else vals
@@ -256,8 +307,11 @@ class _Gen(object):
             vals = []
             per = {}
             for k in ks:
-                per.setdefault(k, r.choice([1, 1, 2]))
+                per.setdefault(k, r.choice([0, 1, 1, 2] if self.ext else [1, 1, 2]))
             for k in list(counts):
+                if per[k] == 0:   # the key's values are [] each time it is named
+                    counts[k] = 0
+                    continue
                 counts[k] = self._count(k, counts[k] * per[k])
                 per[k] = max(1, counts[k] // max(1, ks.count(k)))
                 counts[k] = per[k] * ks.count(k)
@@ -270,9 +324,13 @@ class _Gen(object):
                 vs = self._push_vals(k, per[k], op)
                 vals.append(vs[0] if per[k] == 1 and r.random() < 0.5 else vs)
             op['key'], op['val'] = ks, vals
+            if self.ext and r.random() < 0.1:
+                op['tuple'] = True
         self._note_push(ks, counts, op)
         if kind == 'pushpull':
             self._note_pushpull(op, ks)
+        if op.get('csr_push'):
+            self._restore(before)   # MXNet refuses the whole call: nothing changed
         return op
 
     def _note_pushpull(self, op, ks):
@@ -284,11 +342,24 @@ class _Gen(object):
         vals = op['val'] if isinstance(op['key'], list) else [op['val']]
         for k, v in zip(ks, vals):
             n = len(v) if isinstance(v, list) else 1
+            m = self.meta[k]
             o = [self.out(k, dt=r.choice([None, None, 'float64', 'float16']),
                           wrong=self.wild and r.random() < 0.05)
-                 for _ in range(r.choice([1, n]))]
+                 for _ in range(r.choice([0, 1, n] if self.ext else [1, n]))]
+            if self.ext and len(m['shape']) == 2:
+                for x in o:
+                    # pushpull pulls with ignore_sparse: sparse outputs of a dense key
+                    # are left as they are
+                    x['st'] = r.choice([x['st']] * 6 + ['d', 'r', 'c'])
+                    if x['st'] == 'd' and m['st'] == 'r' and (
+                            m['dt'] != 'float32' or x['dt'] != 'float32'):
+                        op['dev'] = ('MXNet: a dense output of a non-float32 row_sparse '
+                                     'key fails its float32 storage fallback (finding F1)')
             if any(x['shape'] != self.meta[k]['shape'] for x in o):
                 op['dev'] = 'pushpull checks its outputs before pushing (deviation 4)'
+            if not o:
+                outs.append([])
+                continue
             outs.append(o if len(o) > 1 or r.random() < 0.5 else o[0])
         op['out'] = outs if isinstance(op['key'], list) else outs[0]
 
@@ -296,7 +367,8 @@ class _Gen(object):
         r = self.rng
         op = {'op': 'pull', 'prio': r.choice([0, 0, 2, -1]),
               'ignore_sparse': r.choice([True, True, False])}
-        ks = [r.choice(self.keys) for _ in range(r.randint(1, 3))]
+        lo = 0 if self.ext and r.random() < 0.15 else 1
+        ks = [r.choice(self.keys) for _ in range(r.randint(lo, 3))]
         outs = []
         per_key = {}
         for k in ks:
@@ -304,7 +376,7 @@ class _Gen(object):
                 op['dev'] = 'pull of a key not inited (deviation 23: MXNet registers it)'
             m = self.meta[k]
             o = []
-            for _ in range(r.choice([1, 1, 2, 3])):
+            for _ in range(r.choice([0, 1, 1, 2, 3] if self.ext else [1, 1, 2, 3])):
                 st = m['st']
                 if r.random() < 0.15:
                     st = r.choice(['d', 'r', 'c'] if len(m['shape']) == 2 else ['d'])
@@ -324,11 +396,16 @@ class _Gen(object):
                 op['dev'] = ('MXNet: a pull of a dense key into row_sparse or csr outputs, '
                              'with the key or an output not float32, fails its float32 '
                              'storage fallback, depending on the outputs (finding F2)')
+            if not o:
+                outs.append([])
+                continue
             outs.append(o if len(o) > 1 or r.random() < 0.5 else o[0])
         if len(ks) == 1 and r.random() < 0.6:
             op['key'], op['out'] = ks[0], outs[0]
         else:
             op['key'], op['out'] = ks, outs
+            if self.ext and r.random() < 0.1:
+                op['tuple'] = True
         return op
 
     def op_rsp_pull(self):
@@ -336,14 +413,15 @@ class _Gen(object):
         op = {'op': 'row_sparse_pull', 'prio': r.choice([0, 1])}
         rsp = [k for k in self.keys if self.meta[k]['st'] == 'r']
         pool = rsp if rsp and r.random() < 0.9 else self.keys
-        ks = [r.choice(pool) for _ in range(r.randint(1, 3))]
+        lo = 0 if self.ext and r.random() < 0.1 else 1
+        ks = [r.choice(pool) for _ in range(r.randint(lo, 3))]
         single = len(ks) == 1 and r.random() < 0.6
         outs, rids = [], []
         for k in ks:
             m = self.meta[k]
             if k not in self.inited:
                 op['dev'] = 'pull of a key not inited (deviation 23: MXNet registers it)'
-            n = r.choice([1, 1, 2])
+            n = r.choice([0, 1, 1, 2] if self.ext else [1, 1, 2])
             rows = m['shape'][0]
             o = []
             for _ in range(n):
@@ -362,6 +440,10 @@ class _Gen(object):
             rid = {'ids': ids, 'dt': r.choice(['int64', 'int64', 'float32', 'int32']),
                    'dev': r.choice([0, 1])}
             nrid = n if (not single and r.random() < 0.9) or r.random() < 0.5 else 1
+            if n == 0:
+                outs.append([])
+                rids.append([] if nrid == 0 else rid)
+                continue
             outs.append(o if len(o) > 1 or r.random() < 0.5 else o[0])
             rids.append([dict(rid) for _ in range(nrid)] if nrid > 1 else rid)
         if single:
@@ -373,6 +455,8 @@ class _Gen(object):
     def op_broadcast(self):
         r = self.rng
         op = {'op': 'broadcast', 'prio': r.choice([0, 3])}
+        if self.ext and r.random() < 0.4:
+            return self._broadcast_ext(op)
         self.nbc += 1
         k = ('bc%d' % self.nbc) if self.str_keys else 700 + self.nbc
         if self.wild and r.random() < 0.15:
@@ -390,6 +474,55 @@ class _Gen(object):
         op['out'] = outs if len(outs) > 1 or r.random() < 0.5 else outs[0]
         if r.random() < 0.2:
             op['key'], op['val'], op['out'] = [k], [op['val']], [op['out']]
+        return op
+
+    def _broadcast_ext(self, op):
+        """broadcast of no keys, or of 1-3 fresh keys with dense, row_sparse or csr values
+        (some given no values) into 0-3 outputs each of any storage type"""
+        r = self.rng
+        if r.random() < 0.2:
+            op['key'], op['val'], op['out'] = [], [], []
+            op['tuple'] = r.random() < 0.3
+            return op
+        ks, vals, outs = [], [], []
+        for _ in range(r.randint(1, 3)):
+            self.nbc += 1
+            k = ('bc%d' % self.nbc) if self.str_keys else 700 + self.nbc
+            shape = r.choice([[2], [2, 2], [3], [3, 2]])
+            st = r.choice(['d', 'd', 'r', 'c']) if len(shape) == 2 else 'd'
+            m = {'st': 'r' if st == 'r' else 'd', 'shape': shape,
+                 'dt': r.choice(RSP_DTYPES if st != 'd' else DENSE_DTYPES)}
+            self.keys.append(k)
+            self.meta[k] = m
+            if st == 'c':
+                m['csr_init'] = True
+                self._csr_tags(op, m)
+            v = self.val(k) if r.random() > 0.1 else []
+            o = []
+            for _ in range(r.choice([0, 1, 1, 2, 3])):
+                ost = m['st']
+                if len(shape) == 2 and r.random() < 0.3:
+                    ost = r.choice(['d', 'r', 'c'])
+                x = self.out(k, dt=r.choice([None, None, 'float64', 'float16', 'int32']),
+                             st=ost)
+                o.append(x)
+                if m['st'] == 'r' and ost == 'd' and (m['dt'] != 'float32'
+                                                      or x['dt'] != 'float32'):
+                    op['dev'] = ('MXNet: a dense output of a non-float32 row_sparse key '
+                                 'fails its float32 storage fallback (finding F1)')
+            if v == [] and o:
+                op['dev'] = ('broadcast of a key given no values: MXNet inits the others, '
+                             'then fails (deviation 4)')
+            if v != []:
+                self.inited.add(k)
+            ks.append(k)
+            vals.append(v)
+            outs.append(o if len(o) != 1 or r.random() < 0.5 else o[0])
+        if len(ks) == 1 and vals[0] != [] and r.random() < 0.5:
+            op['key'], op['val'], op['out'] = ks[0], vals[0], outs[0]
+        else:
+            op['key'], op['val'], op['out'] = ks, vals, outs
+            op['tuple'] = r.random() < 0.1
         return op
 
     def op_updater(self):
@@ -447,17 +580,67 @@ class _Gen(object):
                          'empty_init', 'empty_pushpull', 'empty_values_for_key',
                          'out_list_short', 'gc_not_dict', 'capability', 'rsp_empty',
                          'str_priority', 'set_value', 'iter_value', 'props',
-                         'nested_keys'])
+                         'nested_keys'] + (MISUSE_EXT if self.ext else []))
         op = {'op': 'misuse', 'case': case, 'key': k, 'other': other,
               'val': self.val(k), 'out': self.out(k)}
         if k not in self.inited:
             op['dev'] = 'a key not inited (deviation 5; MXNet skips sparse outputs first)'
-        if case == 'other_kind_key':
+        # MXNet fixes a store's key type at its first call; later calls with the other
+        # type fail 'Mixed key types are not allowed' (so does mxkv)
+        mixed_ok = self.ext and bool(self.inited)
+        if case in ('other_kind_key', 'init_other_kind') and not mixed_ok:
             op['dev'] = 'int and str keys in one store'
-        if case == 'bool_key' and self.str_keys:
+        if case == 'bool_key' and self.str_keys and not mixed_ok:
             op['dev'] = 'int and str keys in one store'
         if case == 'bool_key' and True not in self.inited and 1 not in self.inited:
             op['dev'] = 'push of a key not inited (deviation 5)'
+        return op
+
+    def op_empty(self):
+        """a call with no keys ([], (), [[]]) or with an empty list next to a key
+        ([[], k] or [k, []]: MXNet's _ctype_key_value asserts on the latter, its key type
+        None after the key's int or str)"""
+        r = self.rng
+        call = r.choice(['push', 'pull', 'pushpull', 'pushpull_out', 'row_sparse_pull',
+                         'broadcast', 'init'])
+        form = r.choice(['list', 'tuple', 'nested', 'lead', 'trail'])
+        op = {'op': 'empty', 'call': call, 'form': form, 'prio': r.choice([0, 1])}
+        if form in ('list', 'tuple', 'nested'):
+            return op
+        ok = form == 'lead'
+        if call in ('init', 'broadcast'):
+            self.nbc += 1
+            k = ('bc%d' % self.nbc) if self.str_keys else 700 + self.nbc
+            self.keys.append(k)
+            self.meta[k] = {'st': 'd', 'shape': r.choice([[2], [3]]),
+                            'dt': r.choice(DENSE_DTYPES)}
+            op['key'], op['val'] = k, self.val(k)
+            if call == 'broadcast':
+                op['out'] = self.out(k)
+            if ok:
+                self.inited.add(k)
+            return op
+        if call == 'row_sparse_pull':
+            rsp = [k for k in self.keys if self.meta[k]['st'] == 'r']
+            if not rsp:
+                return None
+            k = r.choice(rsp)
+            op['key'], op['out'] = k, self.out(k)
+            op['row_ids'] = {'ids': sorted(set(r.randrange(self.meta[k]['shape'][0])
+                                               for _ in range(2))), 'dt': 'int64', 'dev': 0}
+        else:
+            k = r.choice(self.keys)
+            op['key'] = k
+            if call != 'pull':
+                op['val'] = self._push_vals(k, 1, op)[0]
+            if op.pop('csr_push', None):
+                op['val'] = self.val(k, st=self.meta[k]['st'])
+            if call in ('pull', 'pushpull_out'):
+                op['out'] = self.out(k)
+        if k not in self.inited:
+            op['dev'] = 'a key not inited (deviation 5/23)'
+        if ok and call != 'pull' and call != 'row_sparse_pull':
+            self._note_push([k], {k: 1}, op)
         return op
 
     def op_save(self):
@@ -490,13 +673,29 @@ class _Gen(object):
         for n, v in st.items():
             setattr(self, n, v)
 
+    _NO_KEY_MISUSE = ('empty_push', 'empty_pull', 'empty_init', 'empty_pushpull', 'rsp_empty')
+
+    def _untyped_no_keys(self, op, ops):
+        """(ext) a call of no keys in a string-key scenario before any call with keys:
+        it takes the int entry points and would make the store an int-key one (MXNet's
+        key type is fixed by a store's first call), which the scenario model does not
+        follow"""
+        if not (self.ext and self.str_keys) or any(
+                o.get('key') not in (None, [], ()) and o['op'] != 'misuse'
+                and o.get('form') != 'trail' for o in ops):
+            return False
+        return op.get('key') in ([], ()) or (
+            op['op'] == 'empty' and op['form'] in ('list', 'tuple', 'nested')) or (
+                op['op'] == 'misuse' and op['case'] in self._NO_KEY_MISUSE)
+
     def scenario(self):
         r = self.rng
         ops = []
         for _ in range(r.randint(1, 2)):
             saved = self._state()
             op = self.op_init()
-            if op is not None and op.get('dev') and not self.wild:
+            if op is not None and (op.get('dev') and not self.wild
+                                   or self._untyped_no_keys(op, ops)):
                 self._restore(saved)
                 op = None
             if op:
@@ -506,6 +705,8 @@ class _Gen(object):
                  (0.06, self.op_broadcast), (0.06, self.op_init), (0.07, self.op_updater),
                  (0.08, self.op_optimizer), (0.05, self.op_gc), (0.04, self.op_save),
                  (0.03, self.op_load), (0.06, self.op_misuse)]
+        if self.ext:
+            table.append((0.07, self.op_empty))
         for _ in range(r.randint(3, 14)):
             x = r.random() * sum(w for w, _ in table)
             for w, f in table:
@@ -514,7 +715,8 @@ class _Gen(object):
                     break
             saved = self._state()
             op = f()
-            if op is not None and op.get('dev') and not self.wild:
+            if op is not None and (op.get('dev') and not self.wild
+                                   or self._untyped_no_keys(op, ops)):
                 self._restore(saved)
                 op = None
             if op is not None:
@@ -522,12 +724,48 @@ class _Gen(object):
         return {'kind': self.kind, 'ops': ops}
 
 
-def generate(seed, wild=True):
-    """The scenario of `seed` (a JSON-able dict)"""
-    sc = _Gen(random.Random(seed), wild).scenario()
+def generate(seed, wild=True, ext=False):
+    """The scenario of `seed` (a JSON-able dict); `ext` adds session 15's operations"""
+    sc = _Gen(random.Random(seed), wild, ext).scenario()
     sc['seed'] = seed
     # JSON round trip: tuples become lists in the JSON; keep the marker
     return json.loads(json.dumps(sc, default=list))
+
+
+def ext_features(sc):
+    """what of the ext generator's additions a scenario reaches (static)"""
+    seen = set()
+
+    def walk(x, f):
+        if isinstance(x, dict):
+            f(x)
+        elif isinstance(x, list):
+            for y in x:
+                walk(y, f)
+    for op in sc['ops']:
+        t = op['op']
+        if t == 'empty':
+            seen.add(('empty call', op['call']))
+            seen.add(('empty form', op['form']))
+            continue
+        if t == 'misuse':
+            seen.add(('misuse', op['case']))
+
+        def f(d, t=t):
+            if d.get('st') == 'c':
+                seen.add(('csr out' if d.get('out') else 'csr val', t))
+            if d.get('dev') == -1:
+                seen.add('cpu_pinned value')
+        walk(op.get('val'), f)
+        walk(op.get('out'), f)
+        if isinstance(op.get('key'), list) and t != 'misuse':
+            if not op['key']:
+                seen.add(('no keys', t))
+            per = op.get('val') if t in ('init', 'push', 'pushpull', 'broadcast') \
+                else op.get('out')
+            if isinstance(per, list) and any(x == [] for x in per) and op['key']:
+                seen.add(('a key with an empty list', t))
+    return seen
 
 
 # --- the worker --------------------------------------------------------------------------
@@ -603,7 +841,54 @@ def _misuse(mx, kv, op, mk, outs):
     elif case == 'nested_keys':
         kv.pull([[k], [k, k]], out=[[o], [o, o]])
         outs.append(o)
+    elif case == 'barrier':
+        kv._barrier()  # pylint: disable=protected-access
+    elif case == 'send_command':
+        kv._send_command_to_servers(0, 'x')  # pylint: disable=protected-access
+    elif case == 'create_bad':
+        mx.kv.create('no_such_store')
+    elif case == 'create_int':
+        mx.kv.create(3)
+    elif case == 'load_missing':
+        kv.load_optimizer_states('/nonexistent/kvfuzz.states')
+    elif case == 'init_other_kind':
+        kv.init(other, v)
+    elif case == 'rowids_tuple_empty':
+        kv.row_sparse_pull([], out=[], row_ids=())
+    elif case == 'pull_nested_empty':
+        kv.pull([[], [k]], out=[[], [o]])
+        outs.append(o)
     return None
+
+
+def _empty_call(kv, op, build, rid, outs):
+    """an 'empty' op: a call with no keys, or an empty list next to one key"""
+    form, call, prio = op['form'], op['call'], op['prio']
+    if form in ('list', 'tuple', 'nested'):
+        def e():
+            return {'list': [], 'tuple': (), 'nested': [[]]}[form]
+        keys, vals, o, rows = e(), e(), e(), e()
+    else:
+        def pair(x):
+            return [[], x] if form == 'lead' else [x, []]
+        keys = pair(op['key'])
+        vals = pair(build(op.get('val'), []))
+        o = pair(build(op.get('out'), outs))
+        rows = pair(rid(op['row_ids']) if 'row_ids' in op else None)
+    if call == 'push':
+        kv.push(keys, vals, priority=prio)
+    elif call == 'pull':
+        kv.pull(keys, out=o, priority=prio)
+    elif call == 'pushpull':
+        kv.pushpull(keys, vals, priority=prio)
+    elif call == 'pushpull_out':
+        kv.pushpull(keys, vals, out=o, priority=prio)
+    elif call == 'row_sparse_pull':
+        kv.row_sparse_pull(keys, out=o, row_ids=rows, priority=prio)
+    elif call == 'broadcast':
+        kv.broadcast(keys, vals, out=o, priority=prio)
+    else:
+        kv.init(keys, vals)
 
 
 def _optimizer(mx, op, sc):
@@ -634,7 +919,7 @@ def _run(mx, sc, tmpdir, emit):
     log = []
 
     def mk(d):
-        ctx = mx.cpu(d['dev'])
+        ctx = mx.cpu_pinned(0) if d['dev'] == -1 else mx.cpu(d['dev'])
         shape = tuple(d['shape'])
         if d.get('out'):
             if d['st'] in ('r', 'c'):
@@ -754,14 +1039,19 @@ def _run(mx, sc, tmpdir, emit):
                                          dump_optimizer=op['dump'])
             elif t == 'misuse':
                 res['info'] = _misuse(mx, kv, op, mk, outs)
+            elif t == 'empty':
+                _empty_call(kv, op, build, rid, outs)
             elif t == 'load':
                 kv.load_optimizer_states(os.path.join(tmpdir, 's%d_%d' % (sc['seed'], op['file'])))
             mx.nd.waitall()
             res['out'] = [show(a) for a in outs]
-            if t in ('init', 'broadcast'):
+            if t in ('init', 'broadcast') or (t == 'empty' and op['call'] in (
+                    'init', 'broadcast') and op['form'] == 'lead'):
                 ks = op['key'] if isinstance(op['key'], list) else [op['key']]
                 vs = op['val'] if isinstance(op['key'], list) else [op['val']]
                 for k, v in zip(ks, vs):
+                    if v == []:
+                        continue   # a key given no values is not inited
                     v = v[0] if isinstance(v, list) else v
                     if k not in [x[0] for x in inited]:
                         inited.append((k, v['shape'], v['dt'], v['st']))
@@ -977,8 +1267,8 @@ def _differ(a, b):
     return None
 
 
-def drive(first, count, wild=True, chunk=50, verbose=True):
-    scs = [generate(s, wild) for s in range(first, first + count)]
+def drive(first, count, wild=True, chunk=50, verbose=True, ext=False):
+    scs = [generate(s, wild, ext) for s in range(first, first + count)]
     found = []
     for c in range(0, len(scs), chunk):
         part = scs[c:c + chunk]
@@ -994,9 +1284,9 @@ def drive(first, count, wild=True, chunk=50, verbose=True):
     return scs, found
 
 
-def explain(seed, wild=True):
+def explain(seed, wild=True, ext=False):
     """Run one scenario in fresh workers and print every op's results side by side."""
-    sc = generate(seed, wild)
+    sc = generate(seed, wild, ext)
     ra = run_scenarios('mxnet', [sc])[seed]
     rb = run_scenarios('mxkv', [sc])[seed]
     for i, op in enumerate(sc['ops']):
@@ -1014,12 +1304,17 @@ def _main():
     if sys.argv[1] == 'worker':
         worker(sys.argv[2])
     elif sys.argv[1] == 'show':
-        print(json.dumps(generate(int(sys.argv[2]), wild=len(sys.argv) < 4), indent=1))
+        flags = sys.argv[3:]
+        print(json.dumps(generate(int(sys.argv[2]), 'tame' not in flags, 'ext' in flags),
+                         indent=1))
     elif sys.argv[1] == 'drive':
-        _, f = drive(int(sys.argv[2]), int(sys.argv[3]), wild=len(sys.argv) < 5)
+        flags = sys.argv[4:]
+        _, f = drive(int(sys.argv[2]), int(sys.argv[3]), wild='tame' not in flags,
+                     ext='ext' in flags)
         print('%d mismatches' % len(f))
     elif sys.argv[1] == 'explain':
-        explain(int(sys.argv[2]), wild=len(sys.argv) < 4)
+        flags = sys.argv[3:]
+        explain(int(sys.argv[2]), wild='tame' not in flags, ext='ext' in flags)
 
 
 if __name__ == '__main__':
