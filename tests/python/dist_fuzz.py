@@ -55,8 +55,9 @@ What a real MXNet cluster does not give deterministically, and is therefore not 
   row_sparse_pull of a dense key fails at the wait and a later push of the key crashed the
   worker): at most one, after the last reads.
 
-CLI: ``python dist_fuzz.py drive FIRST COUNT`` runs seeds FIRST..FIRST+COUNT-1 and prints
-every difference; ``show SEED`` prints a scenario; ``explain SEED`` runs it and prints both
+CLI: ``python dist_fuzz.py drive FIRST COUNT [wild]`` runs seeds FIRST..FIRST+COUNT-1 and
+prints every difference (``wild``: mxkv runs the wild scenario, which keeps the pull output
+dtypes MXNet crashes on, and its outputs must be MXNet's tame ones converted); ``show SEED`` prints a scenario; ``explain SEED`` runs it and prints both
 results of every operation. Node side: ``python dist_fuzz.py node`` (run by the launcher).
 """
 import json
@@ -86,9 +87,10 @@ THRESHOLD = 0.5
 
 # --- the generator -----------------------------------------------------------------
 class _Gen(object):
-    def __init__(self, seed):
+    def __init__(self, seed, wild=False):
         r = self.r = random.Random(seed)
         self.seed = seed
+        self.wild = wild
         self.kvtype = r.choice(KVTYPES)
         self.workers = r.randint(1, 2)
         self.servers = r.randint(1, 2)
@@ -166,7 +168,12 @@ class _Gen(object):
         if self.gc:
             # with compression on, MXNet's server aborts on a pull whose output is not
             # float32 ('Gradient compression is currently supported for fp32 only', seed 8)
-            return [{'dt': 'float32', 'dev': r.randint(0, 2)} for _ in range(n)]
+            outs = [{'dt': 'float32', 'dev': r.randint(0, 2)} for _ in range(n)]
+            if self.wild:   # (no random draws: the tame scenario stays the same)
+                for j, o in enumerate(outs):
+                    if (len(self.ops) + j) % 3 == 1:
+                        self.fix(o, ('float16', 'float64')[j % 2], 'float32')
+            return outs
         outs = [{'dt': m['dt'] if r.random() < 0.7 else r.choice(DTYPES),
                  'dev': r.randint(0, 2)} for _ in range(n)]
         if self.workers > 1:
@@ -174,8 +181,16 @@ class _Gen(object):
             # key aborts in MXNet 1.9.1 (ps-lite kv_app.h:689 'vals->size() == total_val':
             # its request is sized by the output's dtype, the server answers in the key's;
             # rank 0 sized the key at its init push). mxkv converts (seeds 9 and 17)
-            outs[0]['dt'] = m['dt']
+            self.fix(outs[0], outs[0]['dt'], m['dt'])
         return outs
+
+    def fix(self, o, wild, tame):
+        """output o gets dtype tame (what MXNet runs without crashing), or in a wild
+        scenario dtype wild, noting the tame one (mxkv's wild output must be MXNet's tame
+        output converted)"""
+        o['dt'] = wild if self.wild else tame
+        if self.wild and wild != tame:
+            o['tame'] = tame
 
     def rsp_outs(self, k):
         r, m = self.r, self.meta[k]
@@ -196,7 +211,7 @@ class _Gen(object):
             # the same on row_sparse_pull: MXNet's worker of rank 1 read a float32 key's
             # rows into a float64 output as raw float32 pairs (seed 34); mxkv converts
             for o in outs:
-                o['dt'] = m['dt']
+                self.fix(o, o['dt'], m['dt'])
         return outs
 
     def round(self, rnd):
@@ -299,8 +314,13 @@ class _Gen(object):
                 'ops': self.ops}
 
 
-def generate(seed):
-    return _Gen(seed).scenario()
+def generate(seed, wild=False):
+    """the scenario of seed; wild: the same scenario, but with the pull outputs of other
+    dtypes that MXNet crashes on (marked 'tame': the dtype of the same output in the tame
+    scenario)"""
+    sc = _Gen(seed, wild).scenario()
+    sc['wild'] = wild
+    return sc
 
 
 # --- the worker ----------------------------------------------------------------------
@@ -555,13 +575,14 @@ def run_cluster(sc, lib, timeout=90):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_both(sc, timeout=90):
-    """the MXNet and the mxkv cluster of one scenario, at the same time"""
+def run_both(sc, timeout=90, sc_mxkv=None):
+    """the MXNet and the mxkv cluster of one scenario (mxkv's: sc_mxkv if given, the wild
+    version of sc), at the same time"""
     import threading
     got = {}
 
     def go(lib):
-        got[lib] = run_cluster(sc, lib, timeout)
+        got[lib] = run_cluster(sc_mxkv if lib == 'mxkv' and sc_mxkv else sc, lib, timeout)
     ts = [threading.Thread(target=go, args=(lib,)) for lib in ('mxnet', 'mxkv')]
     for t in ts:
         t.start()
@@ -576,6 +597,7 @@ def compare(sc, a, b, soft=None):
     that differ go to the list ``soft`` if one is given"""
     diffs = []
     ops = sc['ops']
+    a = _as_wild(sc, a)
     for rank in range(sc['workers']):
         ra = dict((r['i'], r) for r in a['res'].get(rank, []))
         rb = dict((r['i'], r) for r in b['res'].get(rank, []))
@@ -607,6 +629,37 @@ def compare(sc, a, b, soft=None):
     return diffs
 
 
+def _flat_specs(op):
+    outs = op.get('outs') or []
+    if op['op'] == 'rsp_pull':
+        return outs
+    return [o for os_ in outs for o in os_]
+
+
+def _as_wild(sc, a):
+    """MXNet's run of the tame scenario as mxkv's run of sc should be: outputs marked
+    'tame' converted to sc's dtype (values are exact in every float dtype)"""
+    if not sc.get('wild'):
+        return a
+    import numpy as np
+    res = {}
+    for rank, recs in a['res'].items():
+        new = []
+        for rec in recs:
+            specs = _flat_specs(sc['ops'][rec['i']])
+            if rec.get('out') and any('tame' in o for o in specs):
+                rec = dict(rec, out=[dict(d) for d in rec['out']])
+                for o, d in zip(specs, rec['out']):
+                    if 'tame' in o:
+                        assert d['dt'] == o['tame'], (o, d)
+                        v = np.frombuffer(bytes.fromhex(d['hex']), dtype=o['tame'])
+                        d['hex'] = v.astype(o['dt']).tobytes().hex()
+                        d['dt'] = o['dt']
+            new.append(rec)
+        res[rank] = new
+    return dict(a, res=res)
+
+
 def show_diff(sc, d):
     return 'seed %d rank %d op %d (%s): %s\n  mxnet: %s\n  mxkv:  %s' % (
         sc['seed'], d['rank'], d['i'], d['why'], json.dumps(d['op'])[:400],
@@ -614,8 +667,8 @@ def show_diff(sc, d):
 
 
 def describe(sc):
-    return 'seed %d: %s %dw %ds bound %d %s keys%s%s, %d ops' % (
-        sc['seed'], sc['kvtype'], sc['workers'], sc['servers'], sc['bound'],
+    return 'seed %d%s: %s %dw %ds bound %d %s keys%s%s, %d ops' % (
+        sc['seed'], ' (wild)' if sc.get('wild') else '', sc['kvtype'], sc['workers'], sc['servers'], sc['bound'],
         'str' if sc['str_keys'] else 'int', ' 2bit' if sc['gc'] else '',
         ' sgd%s' % json.dumps(sc['opt']) if sc['opt'] else '', len(sc['ops']))
 
@@ -646,10 +699,11 @@ def main(argv):
     if argv[:1] == ['drive']:
         first, count = int(argv[1]), int(argv[2])
         bad = 0
+        wild = 'wild' in argv[3:]
         for seed in range(first, first + count):
-            sc = generate(seed)
+            sc = generate(seed, wild)
             t = time.time()
-            a, b = run_both(sc)
+            a, b = run_both(generate(seed), sc_mxkv=sc)
             soft = []
             ds = compare(sc, a, b, soft)
             print('%s codes %s/%s %.1fs %d diffs, %d racy outputs differ (of %d)' % (
