@@ -2758,16 +2758,17 @@ static NDArrayHandle t_any_arr(TState *t) { return (NDArrayHandle)atomic_load(&t
 static void t_new_arr(TState *t) {
   uint32_t shape[2] = {2, 2};
   NDArrayHandle h = NULL;
-  int kind = trn(t, 5);
+  int kind = trn(t, 6);
   int rc;
-  if (kind < 4) {
+  if (kind < 4 || kind == 5) {
     static const int dts[] = {DT_F32, DT_F32, DT_F64, DT_I32, DT_F16};
-    rc = MXNDArrayCreateEx(shape, 2, DEV_CPU, 0, 0, dts[trn(t, 5)], &h);
+    /* kind 5: a scalar (ndim 0), which saves refuse */
+    rc = MXNDArrayCreateEx(shape, kind == 5 ? 0 : 2, DEV_CPU, 0, 0, dts[trn(t, 5)], &h);
     if (rc == 0) {
       float v[4] = {1, 1, 1, 1};
       int dt;
       TC(MXNDArrayGetDType(h, &dt));
-      if (dt == DT_F32) TC(MXNDArraySyncCopyFromCPU(h, v, 4));
+      if (dt == DT_F32) TC(MXNDArraySyncCopyFromCPU(h, v, kind == 5 ? 1 : 4));
     }
   } else {
     uint32_t ash[1] = {0}, andim[1] = {1};
