@@ -1134,9 +1134,11 @@ def worker(module):
 
 
 # --- the driver ----------------------------------------------------------------------------
-def run_scenarios(module, scenarios, timeout=20.0, python=None):
+def run_scenarios(module, scenarios, timeout=20.0, python=None, startup=180.0):
     """{seed: [per-op results]}, with {'died': ...} as the last result of a scenario whose
-    worker died or hung (the next scenario gets a new worker)."""
+    worker died or hung (the next scenario gets a new worker).  A worker has `startup`
+    seconds for its first output (importing MXNet takes more than `timeout` on a loaded
+    machine), then `timeout` seconds between outputs."""
     python = python or sys.executable
     results = {}
     todo = list(scenarios)
@@ -1158,12 +1160,12 @@ def run_scenarios(module, scenarios, timeout=20.0, python=None):
         cur = None
         progressed = False
         buf = ''
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + max(timeout, startup)
         dead = None
         while True:
             ev = sel.select(max(0.0, deadline - time.monotonic()))
             if not ev:
-                dead = 'hang (no output for %.0f s)' % timeout
+                dead = 'hang (no output for %.0f s)' % (timeout if progressed else startup)
                 proc.kill()
                 break
             chunk = os.read(proc.stdout.fileno(), 1 << 16).decode()
