@@ -50,6 +50,9 @@ What a real MXNet cluster does not give deterministically, and is therefore not 
 * with compression on, pull outputs other than float32 (MXNet's server aborts: 'Gradient
   compression is currently supported for fp32 only'), and pushes of another shape (MXNet's
   compressed push takes them; deviation 3);
+* multi-key pushpulls whose first output of a key has another dtype (MXNet refuses the call
+  when it reaches that key, having pushed the keys before it; mxkv refuses it whole before
+  sending anything, deviation 22): the first outputs of such calls have the key's dtype;
 * misuse that MXNet refuses but that breaks its store afterwards (a push or pull of another
   shape leaves MXNet's buffers of that shape, and later pulls of the key fail; a
   row_sparse_pull of a dense key fails at the wait and a later push of the key crashed the
@@ -87,10 +90,14 @@ THRESHOLD = 0.5
 
 # --- the generator -----------------------------------------------------------------
 class _Gen(object):
-    def __init__(self, seed, wild=False):
+    def __init__(self, seed, wild=False, ext=False):
         r = self.r = random.Random(seed)
         self.seed = seed
         self.wild = wild
+        # ext: additions drawn from a second random stream, so that the ext scenario is the
+        # plain one plus them (the committed seeds keep their scenarios)
+        self.ext = ext
+        x = self.x = random.Random(seed * 7919 + 17)
         self.kvtype = r.choice(KVTYPES)
         self.workers = r.randint(1, 2)
         self.servers = r.randint(1, 2)
@@ -101,6 +108,15 @@ class _Gen(object):
         self.opt = None
         if sync and r.random() < 0.25:
             self.opt = {'learning_rate': 0.5, 'momentum': r.choice([0.0, 0.9])}
+        self.async_opt = False
+        if ext:
+            if self.kvtype == 'dist_device_sync' and x.random() < 0.5:
+                self.kvtype = 'dist_sync_device'
+            if not sync and x.random() < 0.6:
+                # pushes on dist_async with SGD on the servers (MXNet's server needs an
+                # updater in async mode); the values are racy on MXNet: not compared
+                self.async_opt = True
+                self.opt = {'learning_rate': 0.5, 'momentum': x.choice([0.0, 0.9])}
         pool = list(STR_KEYS if self.str_keys else INT_KEYS)
         r.shuffle(pool)
         self.keys = pool[:r.randint(2, 5)]
@@ -141,6 +157,13 @@ class _Gen(object):
     def add(self, op, **kw):
         op.update(kw)
         op['i'] = len(self.ops)
+        if self.ext:
+            x = self.x
+            if op['op'] in ('push', 'pull', 'pushpull', 'rsp_pull') and x.random() < 0.3:
+                op['prio'] = x.randint(-3, 3)
+            if op['op'] in ('init', 'broadcast') and x.random() < 0.4:
+                # init values on another context: cpu(1), cpu(2) or cpu_pinned(0)
+                op['ctx'] = [x.choice([1, 2, -1]) for _ in op['keys']]
         self.ops.append(op)
 
     # --- values: described here, made by the worker (see _value) ---
@@ -217,6 +240,12 @@ class _Gen(object):
     def round(self, rnd):
         r = self.r
         sync = self.kvtype != 'dist_async'
+        if self.async_opt:
+            x = self.x
+            ks = [k for k in self.keys if x.random() < 0.75]
+            if ks:
+                self.add({'op': 'push', 'keys': ks,
+                          'nval': [self.meta[k]['nval'] for k in ks]})
         if sync:
             ks = [k for k in self.keys if r.random() < 0.75]
             r.shuffle(ks)
@@ -225,9 +254,19 @@ class _Gen(object):
                 group, ks = ks[:n], ks[n:]
                 dense = all(self.meta[k]['st'] == 'd' for k in group)
                 if dense and not self.gc and r.random() < 0.3:
+                    outs = [self.outs(k) for k in group]
+                    for o in [o for os_ in outs for o in os_ if 'tame' in o]:
+                        o['dt'] = o.pop('tame')   # a pushpull's first output: pushed dtype
+                    if len(group) > 1:
+                        # a first output of another dtype fails MXNet's pushpull when it
+                        # reaches that key, after the keys before it (in key order) were
+                        # pushed and pulled (README deviation 22: mxkv refuses the call
+                        # before anything is sent; seed 419)
+                        for k, o in zip(group, outs):
+                            o[0]['dt'] = self.meta[k]['dt']
                     self.add({'op': 'pushpull', 'keys': group,
                               'nval': [self.meta[k]['nval'] for k in group],
-                              'outs': [self.outs(k) for k in group], 'cmp': False,
+                              'outs': outs, 'cmp': False,
                               'why': 'pushpull outputs: a real server may answer before '
                                      'the sum is stored'})
                 else:
@@ -239,14 +278,20 @@ class _Gen(object):
         r.shuffle(ks)
         cmpv = self.opt is None
         why = None if cmpv else 'values under a server optimizer (MXNet runs it racily)'
+        if self.async_opt:
+            self.add({'op': 'barrier'})
         while ks:
             n = r.randint(1, len(ks))
             group, ks = ks[:n], ks[n:]
             dense = [k for k in group if self.meta[k]['st'] == 'd']
             rsp = [k for k in group if self.meta[k]['st'] == 'r']
             if dense:
-                self.add({'op': 'pull', 'keys': dense, 'outs': [self.outs(k) for k in dense],
-                          'cmp': cmpv, 'why': why})
+                outs = [self.outs(k) for k in dense]
+                if self.ext and self.x.random() < 0.25:
+                    # a key twice in one pull: both outputs get the value
+                    dense = dense + [dense[0]]
+                    outs = outs + [[{'dt': self.meta[dense[0]]['dt'], 'dev': self.x.randint(0, 2)}]]
+                self.add({'op': 'pull', 'keys': dense, 'outs': outs, 'cmp': cmpv, 'why': why})
             if rsp:
                 self.add({'op': 'rsp_pull', 'keys': rsp,
                           'outs': [self.rsp_outs(k)[0] for k in rsp], 'cmp': cmpv, 'why': why})
@@ -314,12 +359,13 @@ class _Gen(object):
                 'ops': self.ops}
 
 
-def generate(seed, wild=False):
+def generate(seed, wild=False, ext=False):
     """the scenario of seed; wild: the same scenario, but with the pull outputs of other
     dtypes that MXNet crashes on (marked 'tame': the dtype of the same output in the tame
     scenario)"""
-    sc = _Gen(seed, wild).scenario()
+    sc = _Gen(seed, wild, ext).scenario()
     sc['wild'] = wild
+    sc['ext'] = ext
     return sc
 
 
@@ -370,6 +416,9 @@ def node():
         m = meta[k]
         v = _value(np, op['i'], kidx[k], d, rank, m['shape'], m['dt'], sc['gc'])
         ctx = mx.cpu(d) if device else mx.cpu(0)
+        if op.get('ctx'):
+            c = op['ctx'][op['keys'].index(k)]
+            ctx = mx.cpu_pinned(0) if c == -1 else mx.cpu(c)
         if m['st'] == 'r':
             rows = _rows_of(rank, workers, m['shape'][0], d)
             if op['op'] in ('init', 'broadcast'):
@@ -400,6 +449,7 @@ def node():
         kind = op['op']
         rec = {'i': op['i']}
         outs = []
+        prio = {'priority': op['prio']} if 'prio' in op else {}
         try:
             if kind == 'create':
                 kv = mx.kv.create(sc['kvtype'])
@@ -428,19 +478,19 @@ def node():
                 ks = op['keys']
                 vals = [[val(op, k, d) for d in range(n)] for k, n in zip(ks, op['nval'])]
                 if kind == 'push':
-                    kv.push(ks, vals)
+                    kv.push(ks, vals, **prio)
                 else:
                     outs = [[dense_out(k, o) for o in os_] for k, os_ in zip(ks, op['outs'])]
-                    kv.pushpull(ks, vals, outs)
+                    kv.pushpull(ks, vals, outs, **prio)
             elif kind == 'pull':
                 ks = op['keys']
                 outs = [[dense_out(k, o) for o in os_] for k, os_ in zip(ks, op['outs'])]
-                kv.pull(ks, out=outs)
+                kv.pull(ks, out=outs, **prio)
             elif kind == 'rsp_pull':
                 ks = op['keys']
                 outs = [rsp_out(k, o) for k, o in zip(ks, op['outs'])]
                 ids = [mx.nd.array(o['ids'], dtype='int64') for o in op['outs']]
-                kv.row_sparse_pull(ks, out=outs, row_ids=ids)
+                kv.row_sparse_pull(ks, out=outs, row_ids=ids, **prio)
             elif kind == 'misuse':
                 k = op['keys'][0]
                 c = op['case']
@@ -667,8 +717,8 @@ def show_diff(sc, d):
 
 
 def describe(sc):
-    return 'seed %d%s: %s %dw %ds bound %d %s keys%s%s, %d ops' % (
-        sc['seed'], ' (wild)' if sc.get('wild') else '', sc['kvtype'], sc['workers'], sc['servers'], sc['bound'],
+    return 'seed %d%s%s: %s %dw %ds bound %d %s keys%s%s, %d ops' % (
+        sc['seed'], ' (wild)' if sc.get('wild') else '', ' (ext)' if sc.get('ext') else '', sc['kvtype'], sc['workers'], sc['servers'], sc['bound'],
         'str' if sc['str_keys'] else 'int', ' 2bit' if sc['gc'] else '',
         ' sgd%s' % json.dumps(sc['opt']) if sc['opt'] else '', len(sc['ops']))
 
@@ -680,7 +730,7 @@ def main(argv):
         print(json.dumps(generate(int(argv[1])), indent=1))
         return 0
     if argv[:1] == ['explain']:
-        sc = generate(int(argv[1]))
+        sc = generate(int(argv[1]), False, 'ext' in argv[2:])
         a, b = run_both(sc)
         print(describe(sc), 'codes', a['code'], b['code'])
         for rank in range(sc['workers']):
@@ -692,18 +742,18 @@ def main(argv):
                 print('   mxkv ', json.dumps(rb.get(i))[:500])
         for d in compare(sc, a, b):
             print('DIFF', show_diff(sc, d))
-        if len(argv) > 2:
+        if 'out' in argv[2:]:
             print(a['out'][-3000:])
             print(b['out'][-3000:])
         return 0
     if argv[:1] == ['drive']:
         first, count = int(argv[1]), int(argv[2])
         bad = 0
-        wild = 'wild' in argv[3:]
+        wild, ext = 'wild' in argv[3:], 'ext' in argv[3:]
         for seed in range(first, first + count):
-            sc = generate(seed, wild)
+            sc = generate(seed, wild, ext)
             t = time.time()
-            a, b = run_both(generate(seed), sc_mxkv=sc)
+            a, b = run_both(generate(seed, False, ext), sc_mxkv=sc)
             soft = []
             ds = compare(sc, a, b, soft)
             print('%s codes %s/%s %.1fs %d diffs, %d racy outputs differ (of %d)' % (

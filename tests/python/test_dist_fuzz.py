@@ -4,6 +4,9 @@ servers, started by mxkv_launch.py on 127.0.0.1 under timeouts, the two at once)
 worker's recorded results must agree (dist_fuzz.compare: MXNet's exception class among
 mxkv's, outputs bit for bit where a real MXNet server's races cannot change them).
 
+The scenarios are the ext ones (dist_fuzz.generate(seed, ext=True): the plain scenario plus
+priorities, init values on cpu(1)/cpu(2)/cpu_pinned, a key twice in one pull, the
+dist_sync_device spelling, pushes on dist_async with SGD on the servers, values not compared).
 The seeds are chosen to cover the store types, compression, the server optimizer, row_sparse
 keys, keys split over servers, several workers and servers and the misuse cases (checked
 below), and none of them crashes MXNet. More seeds: ``python tests/python/dist_fuzz.py drive
@@ -30,7 +33,7 @@ def results():
         pytest.skip('no mxnet 1.9.1 in this Python (make venv-ref)')
     out = []
     for seed in SEEDS:
-        sc = dist_fuzz.generate(seed)
+        sc = dist_fuzz.generate(seed, ext=True)
         a, b = dist_fuzz.run_both(sc)
         out.append((sc, a, b))
     return out
@@ -41,7 +44,7 @@ def wild_results(results):
     out = []
     for sc, a, _ in results:
         if sc['seed'] in WILD_SEEDS:
-            w = dist_fuzz.generate(sc['seed'], wild=True)
+            w = dist_fuzz.generate(sc['seed'], wild=True, ext=True)
             out.append((w, a, dist_fuzz.run_cluster(w, 'mxkv')))
     return out
 
@@ -84,6 +87,10 @@ def test_the_seeds_cover_the_generator(results):
     seen = set()
     for sc, a, _ in results:
         seen.add(sc['kvtype'])
+        seen |= {('ext', f) for f in ('prio', 'ctx') if any(f in op for op in sc['ops'])}
+        if any(op['op'] == 'pull' and len(set(map(str, op['keys']))) < len(op['keys'])
+               for op in sc['ops']):
+            seen.add(('ext', 'key twice'))
         seen.add(('workers', sc['workers']))
         seen.add(('servers', sc['servers']))
         if sc['gc']:
@@ -106,7 +113,8 @@ def test_the_seeds_cover_the_generator(results):
                 seen.add(op['case'])
             if op.get('cmp') and r.get('out'):
                 seen.add(('compared', op['op']))
-    want = {'dist_sync', 'dist_device_sync', 'dist_async', ('workers', 2), ('servers', 2),
+    want = {'dist_sync', 'dist_device_sync', 'dist_sync_device', 'dist_async', ('workers', 2),
+            ('servers', 2), ('ext', 'prio'), ('ext', 'ctx'), ('ext', 'key twice'),
             '2bit', ('sgd momentum', True), ('sgd momentum', False), ('st', 'r'),
             'split key', ('dt', 'float16'), ('dt', 'float64'),
             ('init', False), ('broadcast', False), ('push', False), ('pushpull', False),
