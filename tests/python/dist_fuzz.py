@@ -676,6 +676,16 @@ def compare(sc, a, b, soft=None):
                 elif soft is not None:
                     soft.append({'rank': rank, 'i': i, 'why': 'racy outputs differ: %s'
                                  % op.get('why'), 'op': op, 'mxnet': x, 'mxkv': y})
+    # mxkv alone: every worker runs the same reads after barriers (the pushpulls of a sync
+    # round answer every worker with the round's sum), so all ranks pulled the same
+    r0 = dict((r['i'], r) for r in b['res'].get(0, []))
+    for rank in range(1, sc['workers']):
+        for r in b['res'].get(rank, []):
+            op, z = ops[r['i']], r0.get(r['i'])
+            if op['op'] in ('pull', 'rsp_pull', 'broadcast', 'pushpull') and z is not None \
+                    and 'out' in r and 'out' in z and r['out'] != z['out']:
+                diffs.append({'rank': rank, 'i': r['i'], 'why': 'mxkv ranks 0 and %d pulled '
+                              'different values' % rank, 'op': op, 'mxnet': z, 'mxkv': r})
     return diffs
 
 

@@ -142,10 +142,24 @@ def test_compare_sees_differences(results):
     out[0]['hex'] = ('1' if out[0]['hex'][:1] != '1' else '2') + out[0]['hex'][1:]
     r['out'] = out
     b = _with_rank0(a, recs)
-    assert [d['why'] for d in dist_fuzz.compare(sc, a, b)] == ['outputs']
+    assert 'outputs' in [d['why'] for d in dist_fuzz.compare(sc, a, b)]
     j = next(x['i'] for x in a['res'][0] if 'err' in x)
     recs = [dict(x, err=['KeyError', 'Exception']) if x['i'] == j else x for x in a['res'][0]]
     b = _with_rank0(a, recs)
-    assert [d['why'] for d in dist_fuzz.compare(sc, a, b)] == ['exception class']
+    assert 'exception class' in [d['why'] for d in dist_fuzz.compare(sc, a, b)]
     b = dict(_with_rank0(a, a['res'][0][:3]), code=1)
-    assert [d['why'] for d in dist_fuzz.compare(sc, a, b)] == ['mxkv stopped (code 1)']
+    assert 'mxkv stopped (code 1)' in [d['why'] for d in dist_fuzz.compare(sc, a, b)]
+
+
+def test_compare_sees_ranks_that_pulled_different_values(results):
+    """on a 2-worker job, mxkv's rank 1 pulling something else than rank 0 is reported
+    (for reads MXNet's races leave uncompared too)"""
+    sc, a, b = next((sc, a, b) for sc, a, b in results if sc['workers'] == 2)
+    assert dist_fuzz.compare(sc, a, b) == []
+    r = next(x for x in b['res'][1] if x.get('out') and sc['ops'][x['i']]['op'] == 'pull')
+    out = [dict(o) for o in r['out']]
+    out[0]['hex'] = ('1' if out[0]['hex'][:1] != '1' else '2') + out[0]['hex'][1:]
+    res = dict(b['res'])
+    res[1] = [dict(x, out=out) if x is r else x for x in b['res'][1]]
+    why = [d['why'] for d in dist_fuzz.compare(sc, a, dict(b, res=res))]
+    assert 'mxkv ranks 0 and 1 pulled different values' in why, why
