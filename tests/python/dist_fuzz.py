@@ -18,7 +18,14 @@ node carries a tag and leftovers are killed by pid. Each worker writes one JSON 
 operation: the outputs it wrote (storage type, dtype, shape, bytes, row indices) or the
 exception (class hierarchy, message; at the call or at the wait after it).
 :func:`compare` then checks, worker by worker, operation by operation: MXNet's exception
-class among mxkv's classes, and outputs bit for bit where the comparison means something.
+class among mxkv's classes, and outputs bit for bit where the comparison means something;
+and on mxkv alone, that every worker read the same values (every read follows a barrier).
+
+``ext`` scenarios (a second random stream, so the plain scenario of a seed stays the same)
+add priorities, init values on cpu(1)/cpu(2)/cpu_pinned(0), a key twice in one pull, the
+``dist_sync_device`` spelling and pushes on ``dist_async`` with SGD on the servers. ``wild``
+scenarios keep the output dtypes MXNet crashes on (below): mxkv runs them, and its outputs
+must be MXNet's outputs of the plain scenario converted.
 
 What a real MXNet cluster does not give deterministically, and is therefore not compared
 (the generator marks it, ``cmp`` False, or avoids it; reason in the op's ``why``):
