@@ -68,6 +68,11 @@ impl CommKey {
         r
     }
 
+    /// The context of the key's merge buffer, once a `device` store placed it.
+    pub fn placed(&self) -> Option<Context> {
+        self.merge.lock().ctx
+    }
+
     /// The key's dense merge buffer.
     fn merge_buffer(&self, ctx: Context) -> Result<NDArray> {
         let mut m = self.merge.lock();
@@ -222,36 +227,45 @@ impl Comm {
         if d.ready {
             return;
         }
-        // (position, size), sorted in place as MXNet sorts its (key, size)
-        // pairs: from the order the previous placement left.
-        let mut order = std::mem::take(&mut d.sorted);
-        stdsort_by(&mut order, &|a: &(usize, usize), b: &(usize, usize)| {
-            a.1 > b.1
-        });
-        // An unordered_map keyed by device id: iterated in reverse order of
-        // first insertion; each id keeps the context assigned to it last.
-        let mut slots: Vec<(i32, Context, usize)> = Vec::new();
-        for dev in devs {
-            match slots.iter_mut().find(|s| s.0 == dev.dev_id) {
-                Some(s) => s.1 = *dev,
-                None => slots.push((dev.dev_id, *dev, 0)),
-            }
-        }
-        slots.reverse();
-        for &(pos, size) in &order {
-            let mut pick = 0;
-            let mut min = usize::MAX;
-            for (i, s) in slots.iter().enumerate() {
-                if s.2 <= min {
-                    pick = i;
-                    min = s.2;
-                }
-            }
-            d.keys[pos].merge.lock().ctx.get_or_insert(slots[pick].1);
-            slots[pick].2 += size;
+        let (order, picks) = placement(std::mem::take(&mut d.sorted), devs);
+        for (pos, ctx) in picks {
+            d.keys[pos].merge.lock().ctx.get_or_insert(ctx);
         }
         d.sorted = order;
         d.ready = true;
+    }
+
+    /// Whether a `device` store's merge buffers are placed (MXNet's
+    /// `CommDevice::inited_`): a pull then copies through them; until then
+    /// it writes output `key % n` first and copies the others from it.
+    /// Always false for `local`.
+    pub fn is_ready(&self) -> bool {
+        self.device && self.devices.lock().ready
+    }
+
+    /// The context a reduce of `vals` for `key` puts its merged value on,
+    /// without placing any buffer: `cpu_pinned(0)` on `local`; on `device`
+    /// the key's merge buffer's context, or the one the placement a push of
+    /// `vals` would make gives it.
+    pub fn peek_merge_ctx(&self, key: &CommKey, devs: &[Context]) -> Context {
+        if !self.device {
+            return Context::PINNED0;
+        }
+        if let Some(ctx) = key.placed() {
+            return ctx;
+        }
+        let d = self.devices.lock();
+        if d.ready {
+            return devs[0];
+        }
+        let Some(me) = d.keys.iter().position(|k| std::ptr::eq(&**k, key)) else {
+            return devs[0];
+        };
+        let (_, picks) = placement(d.sorted.clone(), devs);
+        picks
+            .into_iter()
+            .find(|&(pos, _)| pos == me)
+            .map_or(devs[0], |(_, ctx)| ctx)
     }
 
     /// The context of a key's merged values.
@@ -394,7 +408,7 @@ impl Comm {
     /// output `key % n`, then copies it to the others.
     pub fn broadcast(&self, key: i32, src: &NDArray, outs: &[&NDArray]) -> Result<()> {
         if self.device && !self.devices.lock().ready {
-            let first = ((key as i64 as u64) % outs.len() as u64) as usize;
+            let first = first_output(key, outs.len());
             let head = outs[first];
             head.copy_from(src)?;
             for (i, o) in outs.iter().enumerate() {
@@ -406,6 +420,50 @@ impl Comm {
         }
         copy_to_many(src, outs)
     }
+}
+
+/// The output a `device` store writes first when its merge buffers are not
+/// placed (MXNet's `key % dst.size()`), of `n` outputs of `key`.
+pub fn first_output(key: i32, n: usize) -> usize {
+    ((key as i64 as u64) % n as u64) as usize
+}
+
+/// MXNet's `CommDevice::InitMergeBuffer` placement: the keys' (position,
+/// size) pairs `sorted` (in the order the previous placement left them) are
+/// sorted by size, largest first, as MXNet sorts them, and each key gets the
+/// least-loaded of the contexts `devs` (those of the first multi-value push
+/// since the last init). Returns the new order and each position's context.
+fn placement(
+    mut order: Vec<(usize, usize)>,
+    devs: &[Context],
+) -> (Vec<(usize, usize)>, Vec<(usize, Context)>) {
+    stdsort_by(&mut order, &|a: &(usize, usize), b: &(usize, usize)| {
+        a.1 > b.1
+    });
+    // An unordered_map keyed by device id: iterated in reverse order of
+    // first insertion; each id keeps the context assigned to it last.
+    let mut slots: Vec<(i32, Context, usize)> = Vec::new();
+    for dev in devs {
+        match slots.iter_mut().find(|s| s.0 == dev.dev_id) {
+            Some(s) => s.1 = *dev,
+            None => slots.push((dev.dev_id, *dev, 0)),
+        }
+    }
+    slots.reverse();
+    let mut picks = Vec::with_capacity(order.len());
+    for &(pos, size) in &order {
+        let mut pick = 0;
+        let mut min = usize::MAX;
+        for (i, s) in slots.iter().enumerate() {
+            if s.2 <= min {
+                pick = i;
+                min = s.2;
+            }
+        }
+        picks.push((pos, slots[pick].1));
+        slots[pick].2 += size;
+    }
+    (order, picks)
 }
 
 /// Dense values among row_sparse ones are summed as row_sparse.

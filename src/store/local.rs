@@ -5,17 +5,18 @@
 //! anything.
 #![forbid(unsafe_code)]
 
-use super::comm::Comm;
+use super::comm::{first_output, Comm};
 use super::compression::CompressionParams;
 use super::group::group;
 use super::keys::Keys;
 use super::table::{check_cast_copy, check_local_init_value, check_value, Entry, Table};
 use super::{KvStore, Updater, UpdaterSlot};
 use crate::error::Result;
+use crate::ndarray::dtype::DType;
 use crate::ndarray::sparse::{
     assign_row_sparse, retain_rows, row_ids as row_ids_of, share_row_sparse, Parts,
 };
-use crate::ndarray::{copy_to_many, Context, NDArray, StorageType};
+use crate::ndarray::{copy_to_many, Context, NDArray, Shape, StorageType};
 use crate::{bail, ensure};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -29,15 +30,50 @@ pub struct LocalStore {
     warned_sparse_pull: Mutex<HashSet<i32>>,
 }
 
-/// What a pull does with one output: write it, or skip it (sparse output with
-/// `ignore_sparse`). As MXNet's `CopyFromTo`, a csr output takes a dense or
-/// csr value (cast_storage dense -> csr), a row_sparse output a dense or
-/// row_sparse one; row_sparse <-> csr is refused before anything is written.
-fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<bool> {
+/// What MXNet 1.9.1 copies a pull's output from: a storage type, dtype and
+/// context (its copy checks depend on them; the data is the stored value's).
+#[derive(Clone, Copy)]
+struct Source {
+    stype: StorageType,
+    dtype: DType,
+    ctx: Context,
+}
+
+impl Source {
+    fn of(a: &NDArray) -> Source {
+        Source {
+            stype: a.stype(),
+            dtype: a.dtype(),
+            ctx: a.ctx(),
+        }
+    }
+}
+
+/// A key's stored value as a PushPull's pull will find it, after the push:
+/// storage type and context, and on a `device` store whose merge buffers
+/// the push places, the key's merge buffer context.
+#[derive(Clone, Copy)]
+struct After {
+    stype: StorageType,
+    ctx: Context,
+    merge: Option<Context>,
+}
+
+/// Whether a pull skips `out` (a sparse output with `ignore_sparse`).
+fn skipped(out: &NDArray, ignore_sparse: bool) -> bool {
+    ignore_sparse && out.is_sparse()
+}
+
+/// Checks one copy of a pull from `src` (of the key's `shape` and element
+/// count `size`) into `out`, which is not skipped. As MXNet's `CopyFromTo`,
+/// a csr output takes a dense or csr value (cast_storage dense -> csr), a
+/// row_sparse output a dense or row_sparse one; row_sparse <-> csr is
+/// refused before anything is written, and so are the casts MXNet fails
+/// (`check_cast_copy`).
+fn check_output(src: Source, shape: &Shape, size: usize, out: &NDArray) -> Result<()> {
     match out.stype() {
-        StorageType::RowSparse | StorageType::Csr if ignore_sparse => Ok(false),
         StorageType::Default | StorageType::RowSparse | StorageType::Csr => {
-            let (from, to) = (stored.stype(), out.stype());
+            let (from, to) = (src.stype, out.stype());
             ensure!(
                 from == StorageType::Default || to == StorageType::Default || from == to,
                 "Check failed: from_stype == kDefaultStorage || to_stype == kDefaultStorage || from_stype == to_stype: Copying ndarray of stype = {} to stype = {} is not supported",
@@ -45,15 +81,15 @@ fn check_output(stored: &NDArray, out: &NDArray, ignore_sparse: bool) -> Result<
                 to.code()
             );
             ensure!(
-                out.shape() == stored.shape(),
+                out.shape() == shape,
                 "operands shape mismatch from.shape = {} to.shape={}",
-                stored.shape(),
+                shape,
                 out.shape()
             );
-            if from != to && stored.size() > 0 {
-                check_cast_copy(stored.stype(), stored.dtype(), stored.ctx(), out)?;
+            if from != to && size > 0 {
+                check_cast_copy(src.stype, src.dtype, src.ctx, out)?;
             }
-            Ok(true)
+            Ok(())
         }
         StorageType::Undefined => {
             bail!("the output is an empty NDArray (MXNDArrayCreateNone); outputs must be allocated")
@@ -168,22 +204,104 @@ impl LocalStore {
         }
     }
 
-    /// Checks a pull and returns (entry, output) pairs to write.
+    /// Checks a pull of `outs` (`entries[i]` the key of `outs[i]`) and
+    /// returns the (entry, output) pairs to write, in call order. `after`:
+    /// what a PushPull's push changes before the pull reads (by key id);
+    /// `ready`: whether a `device` store's merge buffers are placed when it
+    /// reads.
     fn plan_pull<'o>(
         &self,
         entries: Vec<Arc<Entry>>,
         outs: &'o [NDArray],
         ignore_sparse: bool,
+        after: &HashMap<i32, After>,
+        ready: bool,
     ) -> Result<Vec<(Arc<Entry>, &'o NDArray)>> {
-        let mut plan = Vec::with_capacity(outs.len());
-        for (entry, out) in entries.into_iter().zip(outs) {
-            if check_output(&entry.value(), out, ignore_sparse)? {
-                plan.push((entry, out));
-            } else {
-                self.warn_sparse_pull(&entry);
+        if let ([entry], [out]) = (&entries[..], outs) {
+            if skipped(out, ignore_sparse) {
+                self.warn_sparse_pull(entry);
+                return Ok(Vec::new());
+            }
+            self.check_key_outputs(entry, &[out], after.get(&entry.id), ready)?;
+            return Ok(entries.into_iter().map(|e| (e, out)).collect());
+        }
+        let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
+        let mut keep = vec![false; outs.len()];
+        for (id, pos) in group(&ids) {
+            let entry = &entries[pos[0]];
+            let mut kept = Vec::with_capacity(pos.len());
+            for p in pos {
+                if skipped(&outs[p], ignore_sparse) {
+                    self.warn_sparse_pull(entry);
+                } else {
+                    keep[p] = true;
+                    kept.push(&outs[p]);
+                }
+            }
+            self.check_key_outputs(entry, &kept, after.get(&id), ready)?;
+        }
+        Ok(entries
+            .into_iter()
+            .zip(outs)
+            .zip(keep)
+            .filter_map(|(pair, k)| k.then_some(pair))
+            .collect())
+    }
+
+    /// Checks the copies of a pull of one key into its outputs `outs` (in
+    /// the order MXNet groups them, skipped ones left out) as MXNet's
+    /// `PullImpl` makes them: on `local` each from the stored value; on
+    /// `device` through the key's merge buffer once the buffers are placed
+    /// (`ready`), else into output `key % n` first and from it into the
+    /// others (`CommDevice::Broadcast`). `after`: the stored value's storage
+    /// type and context when the pull runs, if a push of the same call
+    /// changes them.
+    fn check_key_outputs(
+        &self,
+        entry: &Entry,
+        outs: &[&NDArray],
+        after: Option<&After>,
+        ready: bool,
+    ) -> Result<()> {
+        if outs.is_empty() {
+            return Ok(());
+        }
+        let stored = entry.value();
+        let mut src = Source::of(&stored);
+        if let Some(a) = after {
+            (src.stype, src.ctx) = (a.stype, a.ctx);
+        }
+        let (shape, size) = (stored.shape(), stored.size());
+        if !self.comm.is_device() {
+            for o in outs {
+                check_output(src, shape, size, o)?;
+            }
+            return Ok(());
+        }
+        if ready {
+            ensure!(
+                src.stype != StorageType::Csr,
+                "Check failed: stype == kRowSparseStorage: unexpected storage type 2 (a device store whose merge buffers are placed pulls key {} through its merge buffer, which MXNet 1.9.1 has for dense and row_sparse values only)",
+                entry.name
+            );
+            let merge = after
+                .and_then(|a| a.merge)
+                .or_else(|| entry.comm.placed())
+                .unwrap_or(Context::PINNED0);
+            let buf = Source { ctx: merge, ..src };
+            for o in outs {
+                check_output(buf, shape, size, o)?;
+            }
+            return Ok(());
+        }
+        let head = outs[first_output(entry.id, outs.len())];
+        check_output(src, shape, size, head)?;
+        for o in outs {
+            if !o.same(head) {
+                check_output(Source::of(head), shape, size, o)?;
             }
         }
-        Ok(plan)
+        Ok(())
     }
 
     /// MXNet's warning for a skipped sparse output, once per key.
@@ -238,12 +356,12 @@ impl LocalStore {
                 okeys.len(),
                 outs.len()
             );
-            for (i, out) in outs.iter().enumerate() {
-                let entry = insert.lookup(okeys, i)?;
-                if check_output(&entry.value(), out, true)? {
-                    plan.push((entry, out));
-                }
-            }
+            let entries = (0..outs.len())
+                .map(|i| insert.lookup(okeys, i))
+                .collect::<Result<Vec<_>>>()?;
+            // An init of new keys unplaces a device store's merge buffers.
+            let ready = self.comm.is_ready() && insert.new_entries().next().is_none();
+            plan = self.plan_pull(entries, outs, true, &HashMap::new(), ready)?;
         }
         self.comm.init(insert.new_entries().map(|e| &e.comm));
         insert.commit();
@@ -304,10 +422,11 @@ impl LocalStore {
         if stored.stype() == merged.stype() {
             return stored.copy_from(merged);
         }
+        // MXNet: `local = merged.Copy(local.ctx())`.
         let replacement = match merged.stype() {
-            StorageType::RowSparse => merged.copy_to_ctx(Context::PINNED0)?,
+            StorageType::RowSparse => merged.copy_to_ctx(stored.ctx())?,
             _ => {
-                let d = NDArray::zeros(stored.shape().clone(), merged.dtype(), Context::PINNED0)?;
+                let d = NDArray::zeros(stored.shape().clone(), merged.dtype(), stored.ctx())?;
                 d.copy_from(merged)?;
                 d
             }
@@ -392,21 +511,165 @@ impl LocalStore {
     ) -> Result<bool> {
         let _serial = entry.update.lock();
         if updater.is_none() {
-            let wrote = if vals.len() == 1 && gc.is_none() {
-                // Assign straight from the pushed value: no merge copy.
-                Some(self.assign(entry, vals[0], outs)?)
-            } else {
-                // Without an updater, a multi-value push is summed straight
-                // into the stored value.
-                self.comm
-                    .reduce_into(&entry.comm, vals, &entry.value(), outs, gc)?
-            };
-            if let Some(wrote) = wrote {
-                return Ok(wrote);
+            // The merged value replaces the stored one: MXNet stores the
+            // merged value itself when the storage type stays, so the value
+            // moves to the merged value's context (a copy when it differs;
+            // the same context again on later pushes), else a copy of it on
+            // the stored value's context (`apply`).
+            let stored = entry.value();
+            if self.merged_stype(vals, gc) == stored.stype() {
+                let ctx = self.merged_ctx(entry, vals, gc);
+                if ctx != stored.ctx() {
+                    *entry.value.lock() = stored.copy_to_ctx(ctx)?;
+                }
             }
+            return self.assign_merged(entry, vals, outs, gc);
         }
         let merged = self.comm.reduce(&entry.comm, vals, gc)?;
         self.apply(entry, updater, &merged)?;
+        Ok(false)
+    }
+
+    /// The storage type of a key's merged value.
+    fn merged_stype(&self, vals: &[&NDArray], gc: Option<CompressionParams>) -> StorageType {
+        if gc.is_some() {
+            StorageType::Default
+        } else {
+            vals[0].stype()
+        }
+    }
+
+    /// The context of a key's merged value in MXNet 1.9.1: the pushed
+    /// value itself for one dense value (`CommCPU::Reduce`) or any one
+    /// uncompressed value (`CommDevice::Reduce`); else the merge buffer, on
+    /// `cpu_pinned(0)` on `local` and on the context the placement gave the
+    /// key on `device`.
+    fn merged_ctx(
+        &self,
+        entry: &Entry,
+        vals: &[&NDArray],
+        gc: Option<CompressionParams>,
+    ) -> Context {
+        let one = vals.len() == 1 && gc.is_none();
+        if self.comm.is_device() {
+            if one {
+                return vals[0].ctx();
+            }
+            if let Some(ctx) = entry.comm.placed() {
+                return ctx;
+            }
+            let devs: Vec<Context> = vals.iter().map(|v| v.ctx()).collect();
+            return self.comm.peek_merge_ctx(&entry.comm, &devs);
+        }
+        if one && vals[0].stype() == StorageType::Default {
+            vals[0].ctx()
+        } else {
+            Context::PINNED0
+        }
+    }
+
+    /// What a PushPull's push of `vals` makes of the keys its pull reads
+    /// (`pulled`), by key id: without an updater the pushed keys' storage
+    /// type and context (an updater keeps them), and on a `device` store
+    /// whose merge buffers the push places, every pulled key's merge buffer
+    /// context; and whether the buffers are placed then. Empty when no
+    /// check can depend on it: copies of dense values into dense outputs (a
+    /// PushPull's pull skips sparse outputs) never fail.
+    fn after_push(
+        &self,
+        vkeys: Keys<'_>,
+        vals: &[NDArray],
+        pulled: &[Arc<Entry>],
+    ) -> Result<(HashMap<i32, After>, bool)> {
+        let mut after = HashMap::new();
+        let ready = self.comm.is_ready();
+        let sparse_now = pulled.iter().any(|e| e.value().is_sparse());
+        let sparse_pushed = vals.iter().any(|v| v.is_sparse());
+        if !(sparse_now || sparse_pushed) {
+            return Ok((after, ready));
+        }
+        let updater = self.updater.get().is_some();
+        ensure!(
+            vkeys.len() == vals.len(),
+            "{} keys for {} values",
+            vkeys.len(),
+            vals.len()
+        );
+        let gc = self.comm.compression();
+        let entries = self.table.entries_for(vkeys)?;
+        let ids: Vec<i32> = entries.iter().map(|e| e.id).collect();
+        let groups = group(&ids);
+        // MXNet places a device store's merge buffers at the first reduce
+        // that uses them, with the contexts of that key's values.
+        let places = if ready || !self.comm.is_device() {
+            None
+        } else {
+            groups
+                .iter()
+                .find(|(_, pos)| pos.len() > 1 || gc.is_some())
+                .map(|(_, pos)| pos.iter().map(|&p| vals[p].ctx()).collect::<Vec<_>>())
+        };
+        for (id, pos) in groups.iter().filter(|_| !updater) {
+            let entry = &entries[pos[0]];
+            let group_vals: Vec<&NDArray> = pos.iter().map(|&p| &vals[p]).collect();
+            let stype = self.merged_stype(&group_vals, gc);
+            let ctx = if stype == entry.value().stype() {
+                match (&places, group_vals.len() > 1 || gc.is_some()) {
+                    (Some(devs), true) => self.comm.peek_merge_ctx(&entry.comm, devs),
+                    _ => self.merged_ctx(entry, &group_vals, gc),
+                }
+            } else {
+                entry.value().ctx()
+            };
+            after.insert(
+                *id,
+                After {
+                    stype,
+                    ctx,
+                    merge: None,
+                },
+            );
+        }
+        if let Some(devs) = &places {
+            for e in pulled {
+                let merge = self.comm.peek_merge_ctx(&e.comm, devs);
+                let stored = e.value();
+                after
+                    .entry(e.id)
+                    .or_insert(After {
+                        stype: stored.stype(),
+                        ctx: stored.ctx(),
+                        merge: None,
+                    })
+                    .merge = Some(merge);
+            }
+        }
+        Ok((after, ready || places.is_some()))
+    }
+
+    /// Without an updater: reduces one key's (checked) values and assigns
+    /// the result. Returns whether `outs` were written too.
+    fn assign_merged(
+        &self,
+        entry: &Arc<Entry>,
+        vals: &[&NDArray],
+        outs: &[&NDArray],
+        gc: Option<CompressionParams>,
+    ) -> Result<bool> {
+        let wrote = if vals.len() == 1 && gc.is_none() {
+            // Assign straight from the pushed value: no merge copy.
+            Some(self.assign(entry, vals[0], outs)?)
+        } else {
+            // Without an updater, a multi-value push is summed straight
+            // into the stored value.
+            self.comm
+                .reduce_into(&entry.comm, vals, &entry.value(), outs, gc)?
+        };
+        if let Some(wrote) = wrote {
+            return Ok(wrote);
+        }
+        let merged = self.comm.reduce(&entry.comm, vals, gc)?;
+        self.apply(entry, None, &merged)?;
         Ok(false)
     }
 }
@@ -445,7 +708,13 @@ impl KvStore for LocalStore {
             keys.len(),
             outs.len()
         );
-        let plan = self.plan_pull(self.table.entries_for(keys)?, outs, ignore_sparse)?;
+        let plan = self.plan_pull(
+            self.table.entries_for(keys)?,
+            outs,
+            ignore_sparse,
+            &HashMap::new(),
+            self.comm.is_ready(),
+        )?;
         self.run_pull(&plan)
     }
 
@@ -528,8 +797,11 @@ impl KvStore for LocalStore {
             okeys.len(),
             outs.len()
         );
-        // Check the pull half first so that a bad output pushes nothing.
-        let mut plan = self.plan_pull(self.table.entries_for(okeys)?, outs, true)?;
+        // Check the pull half first so that a bad output pushes nothing,
+        // against the stored values as the push leaves them.
+        let pulled = self.table.entries_for(okeys)?;
+        let (after, ready) = self.after_push(vkeys, vals, &pulled)?;
+        let mut plan = self.plan_pull(pulled, outs, true, &after, ready)?;
         self.push_inner(vkeys, vals, &mut plan)?;
         self.run_pull(&plan)
     }
@@ -575,6 +847,42 @@ mod tests {
         let out = arr(&vec![0.0; n]);
         s.pull(Keys::Int(&[k]), &[out.clone()], 0, true).unwrap();
         get(&out)
+    }
+
+    #[test]
+    fn the_stored_value_moves_to_the_merged_values_context() {
+        // MXNet stores the merged value itself: the pushed array (one dense
+        // value; on device any one value) or the merge buffer.
+        let cpu1 = Context::new(1, 1).unwrap();
+        let on = |ctx: Context, v: f32| {
+            let a = NDArray::zeros(Shape(vec![2]), DType::F32, ctx).unwrap();
+            a.copy_from_bytes(bytemuck::cast_slice(&[v, v])).unwrap();
+            a
+        };
+        for device in [false, true] {
+            let s = LocalStore::new(b"local".to_vec(), device);
+            s.init(Keys::Int(&[1]), &[arr(&[0.0, 0.0])]).unwrap();
+            let entry = s.table.entries_for(Keys::Int(&[1])).unwrap().remove(0);
+            assert_eq!(entry.value().ctx(), Context::PINNED0);
+            s.push(Keys::Int(&[1]), &[on(cpu1, 2.0)], 0).unwrap();
+            assert_eq!(entry.value().ctx(), cpu1, "device {device}");
+            let before = entry.value();
+            s.push(Keys::Int(&[1]), &[on(cpu1, 3.0)], 0).unwrap();
+            assert!(entry.value().same(&before), "written in place");
+            s.push(
+                Keys::Int(&[1, 1]),
+                &[on(cpu1, 1.0), on(Context::CPU0, 4.0)],
+                0,
+            )
+            .unwrap();
+            let merge = if device {
+                entry.comm.placed().unwrap()
+            } else {
+                Context::PINNED0
+            };
+            assert_eq!(entry.value().ctx(), merge, "device {device}");
+            assert_eq!(pull1(&s, 1, 2), vec![5.0, 5.0]);
+        }
     }
 
     #[test]
@@ -1220,8 +1528,10 @@ mod tests {
                 .starts_with("Unexpected storage type detected during kvstore push: 2"));
             s.pull(Keys::Int(&[0]), &[out.clone()], 0, true).unwrap();
             assert_eq!(get(&out), want);
-            // a csr output of a row_sparse-incompatible pull is refused
-            // before any output is written
+            // a row_sparse output of a csr value is refused before any
+            // output is written; a device store whose merge buffers are not
+            // placed copies into output `0 % 2` first and from that dense
+            // one into the row_sparse one, as MXNet's does
             let first = dense3(&[7.; 9]);
             let rsp = NDArray::sparse_zeros(
                 StorageType::RowSparse,
@@ -1232,10 +1542,15 @@ mod tests {
                 &[Shape(vec![0])],
             )
             .unwrap();
-            assert!(s
-                .pull(Keys::Int(&[0, 0]), &[first.clone(), rsp], 0, false)
-                .is_err());
-            assert_eq!(get(&first), [7.; 9]);
+            let pulled = s.pull(Keys::Int(&[0, 0]), &[first.clone(), rsp.clone()], 0, false);
+            if device {
+                pulled.unwrap();
+                assert_eq!(get(&first), want);
+                assert_eq!(rsp.rsp_indices().unwrap(), vec![0, 2]);
+            } else {
+                assert!(pulled.is_err());
+                assert_eq!(get(&first), [7.; 9]);
+            }
             // a dense push replaces the value by a dense one
             s.push(Keys::Int(&[0]), &[dense3(&[1.; 9])], 0).unwrap();
             s.pull(Keys::Int(&[0]), &[cout.clone()], 0, false).unwrap();

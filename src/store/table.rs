@@ -23,8 +23,15 @@ pub struct Entry {
     pub name: String,
     /// The caller's string for string keys (handed to string updaters).
     pub str_key: Option<Vec<u8>>,
-    /// The stored value, on `cpu_pinned(0)`. Replaced only when a push
-    /// changes the key's storage type (dense ↔ row_sparse), as in MXNet.
+    /// The stored value, on the context MXNet 1.9.1 keeps it on (its copy
+    /// checks depend on it; the data is in host memory whatever it is):
+    /// `cpu_pinned(0)` after init. After a push without an updater MXNet
+    /// stores the merged value itself (the pushed array on `local` for one
+    /// dense value, on `device` for any one value, else the merge buffer)
+    /// when the storage type stays, and a copy of it on the stored value's
+    /// context when it changes (dense ↔ row_sparse, csr → dense or
+    /// row_sparse). The value is replaced when either changes, else written
+    /// in place.
     pub value: Mutex<NDArray>,
     /// Serialises pushes of this key; reentrant so that an updater may push
     /// to its own key again. Pulls do not take it: they read the stored value
