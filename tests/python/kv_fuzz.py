@@ -370,7 +370,6 @@ class _Gen(object):
         lo = 0 if self.ext and r.random() < 0.15 else 1
         ks = [r.choice(self.keys) for _ in range(r.randint(lo, 3))]
         outs = []
-        per_key = {}
         for k in ks:
             if k not in self.inited:
                 op['dev'] = 'pull of a key not inited (deviation 23: MXNet registers it)'
@@ -388,14 +387,9 @@ class _Gen(object):
                 if m['st'] == 'r' and st == 'd' and m['dt'] != 'float32':
                     op['dev'] = ('MXNet: a dense output of a non-float32 row_sparse key '
                                  'fails its float32 storage fallback (finding F1)')
-            per_key.setdefault(k, []).extend(o)
-            o_all = per_key[k]   # MXNet groups a key's outputs over the whole call
-            if m['st'] == 'd' and not op['ignore_sparse'] and any(
-                    x['st'] in ('r', 'c') for x in o_all) and any(
-                    x['dt'] != 'float32' for x in o_all + [m]):
-                op['dev'] = ('MXNet: a pull of a dense key into row_sparse or csr outputs, '
-                             'with the key or an output not float32, fails its float32 '
-                             'storage fallback, depending on the outputs (finding F2)')
+            # (finding F2, a pull of a dense key into row_sparse or csr outputs with the
+            # key or an output not float32, is compared: the store follows the merged
+            # value's storage type and context, test_store_stype_follow.py)
             if not o:
                 outs.append([])
                 continue
