@@ -881,9 +881,9 @@ class NDArray(object):
             scalar = self._scalar(value, 'value', fill=self._fills(key))
             self._view(write=True)[key] = scalar
             return
-        try:  # MXNet's _prepare_value_nd: TypeError for what array() cannot take
+        try:  # MXNet's _prepare_value_nd: TypeError for whatever array() raises
             value = np.asarray(value, dtype=self._np_dtype)
-        except (TypeError, ValueError):
+        except Exception:  # pylint: disable=broad-except
             raise TypeError('%s does not support assignment with non-array-like object %r '
                             'of type %s' % (type(self).__name__, value, type(value)))
         if full:
