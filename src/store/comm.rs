@@ -428,15 +428,15 @@ pub fn first_output(key: i32, n: usize) -> usize {
     ((key as i64 as u64) % n as u64) as usize
 }
 
+/// The context placed for each key position.
+type Picks = Vec<(usize, Context)>;
+
 /// MXNet's `CommDevice::InitMergeBuffer` placement: the keys' (position,
 /// size) pairs `sorted` (in the order the previous placement left them) are
 /// sorted by size, largest first, as MXNet sorts them, and each key gets the
 /// least-loaded of the contexts `devs` (those of the first multi-value push
 /// since the last init). Returns the new order and each position's context.
-fn placement(
-    mut order: Vec<(usize, usize)>,
-    devs: &[Context],
-) -> (Vec<(usize, usize)>, Vec<(usize, Context)>) {
+fn placement(mut order: Vec<(usize, usize)>, devs: &[Context]) -> (Vec<(usize, usize)>, Picks) {
     stdsort_by(&mut order, &|a: &(usize, usize), b: &(usize, usize)| {
         a.1 > b.1
     });
