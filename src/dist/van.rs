@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 use super::message::{identity_of, sender_of_identity, Bytes, Message, EMPTY};
+use super::spin::watcher;
 use crate::capi::zmq_frame::{ContextSocket, RawContext, MAX_SOCKETS};
 use crate::error::{Error, Result};
 use crate::ndarray::SHARE_MIN;
@@ -828,8 +829,9 @@ struct Monitor {
 fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
     let mut monitors: Vec<Monitor> = Vec::new();
     let tick_ms = TICK.as_millis() as i64;
-    // after a message, the next poll watches for up to SPIN before it sleeps
-    let mut watch_until: Option<Instant> = None;
+    // after a message, the next poll watches for the next one for up to SPIN
+    // before it sleeps (see `super::spin`)
+    let mut watch = false;
     while !van.shared.stop.load(Ordering::Acquire) {
         van.flush_drop_log();
         monitors.extend(van.shared.new_monitors.lock().drain(..).map(
@@ -844,11 +846,11 @@ fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
             items.push(router.as_poll_item(zmq::POLLIN));
             items.extend(monitors.iter().map(|m| m.sock.as_poll_item(zmq::POLLIN)));
             let mut polled = zmq::poll(&mut items, 0);
-            if let Some(until) = watch_until.take() {
-                while matches!(polled, Ok(0)) && Instant::now() < until {
-                    std::thread::yield_now();
+            if std::mem::take(&mut watch) && matches!(polled, Ok(0)) {
+                watcher().watch(|| {
                     polled = zmq::poll(&mut items, 0);
-                }
+                    !matches!(polled, Ok(0))
+                });
             }
             if matches!(polled, Ok(0)) {
                 polled = zmq::poll(&mut items, tick_ms);
@@ -898,7 +900,7 @@ fn receive_loop(van: &Van, router: ContextSocket, handler: &mut Handler) {
             });
         }
         if router_ready {
-            watch_until = Some(Instant::now() + super::SPIN);
+            watch = true;
             // Drain everything that is there, then poll again.
             loop {
                 match receive_one(van, &router) {

@@ -31,7 +31,7 @@ use super::kv::{
     copy_to_vec, i32_bytes, node_name, reply_error, server_id, u64_bytes, KvPairs, Transport,
 };
 use super::message::{Bytes, Message};
-use super::SPIN;
+use super::spin::watcher;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
@@ -430,20 +430,18 @@ impl KvWorker {
 
     /// Waits for the next completion or the deadline; true when the deadline
     /// passed. The first call of a wait (`*fresh`) only watches
-    /// [`Self::events`] for up to [`SPIN`] (yielding the CPU to any thread
-    /// that wants it), without the lock, and returns so that the caller
-    /// checks its state again under the lock. Later calls sleep on the
-    /// condition variable, the caller having held the lock since its check.
+    /// [`Self::events`] for up to [`super::spin::SPIN`] (not at all while
+    /// the machine is busy: see [`super::spin`]), without the lock, and
+    /// returns so that the caller checks its state again under the lock.
+    /// Later calls sleep on the condition variable, the caller having held
+    /// the lock since its check.
     fn sleep(&self, st: &mut MutexGuard<'_, State>, deadline: Instant, fresh: &mut bool) -> bool {
         if !std::mem::take(fresh) {
             return self.cv.wait_until(st, deadline).timed_out();
         }
         let seen = self.events.load(Ordering::Acquire);
         MutexGuard::unlocked(st, || {
-            let t0 = Instant::now();
-            while self.events.load(Ordering::Acquire) == seen && t0.elapsed() < SPIN {
-                std::thread::yield_now();
-            }
+            watcher().watch(|| self.events.load(Ordering::Acquire) != seen);
         });
         Instant::now() >= deadline
     }
