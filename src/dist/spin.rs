@@ -22,8 +22,13 @@ use std::time::{Duration, Instant};
 
 /// How long a watch lasts at most.
 pub(crate) const SPIN: Duration = Duration::from_micros(250);
-/// A yield that took this long gave the CPU to another thread that wanted it.
-pub(crate) const SLOW_YIELD: Duration = Duration::from_micros(50);
+/// A yield that took this long handed the CPU over for a time slice: a
+/// thread that computes wanted it. Yields to the short-running threads of a
+/// cluster on one machine (libzmq's I/O threads, a server's receive thread)
+/// take tens of microseconds; taking those for a busy machine (a 50 us
+/// threshold) turned the watch off on an idle 2-core machine and doubled the
+/// 1-element push + pull (385 us against 163-220 us).
+pub(crate) const SLOW_YIELD: Duration = Duration::from_millis(1);
 /// How long nobody watches after a slow yield.
 pub(crate) const QUIET: Duration = Duration::from_millis(100);
 
