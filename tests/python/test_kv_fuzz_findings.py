@@ -266,3 +266,39 @@ def test_a_list_with_a_sparse_array_assigned_raises_type_error(both, case):
     got = _outcome(mxkv, call)
     assert type(want) is TypeError, want
     assert isinstance(got, TypeError), repr(got)
+
+
+ITERATE_CSR = r'''
+import json
+import numpy as np
+import mxkv as mx
+c = mx.nd.array([[1, 0, 3], [0, 2, 0]]).tostype('csr')
+res = {'rows': [[r.shape, r.stype, r.asnumpy().tolist()] for r in c]}
+a = mx.nd.zeros((1, 2, 3))
+try:
+    a[:] = [c]
+    res['setitem'] = 'taken'
+except Exception as e:
+    res['setitem'] = type(e).__name__
+res['asarray_ends'] = np.asarray([c], dtype=object).shape[0]
+print(json.dumps(res))
+'''
+
+
+def test_iterating_a_csr_array_ends():
+    """MXNet 1.9.1's CSRNDArray gives an empty slice for an int past its last row (never
+    IndexError), so iterating one never ends: `dense[:] = [csr]` (found by kv_fuzz's
+    teststore broadcasts) and `np.asarray([csr])` ran until memory ran out, in MXNet and
+    in mxkv. mxkv iterates the rows; the child must finish within its timeout"""
+    import json
+    import subprocess
+    import sys
+    from conftest import BINDINGS
+    proc = subprocess.run([sys.executable, '-c', ITERATE_CSR],
+                          env=dict(os.environ, PYTHONPATH=BINDINGS), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got['rows'] == [[[1, 3], 'csr', [[1.0, 0.0, 3.0]]], [[1, 3], 'csr', [[0.0, 2.0, 0.0]]]]
+    assert got['setitem'] == 'TypeError'
+    assert got['asarray_ends'] == 1

@@ -668,6 +668,14 @@ class CSRNDArray(BaseSparseNDArray):
         out[row_ids, cols] = data
         return out
 
+    def __iter__(self):
+        """Each row, as a (1, n) CSRNDArray.  MXNet 1.9.1's iteration never ends (an int
+        past the last row gives an empty slice, never IndexError), so `list(csr)`,
+        `np.asarray([csr])` or `dense[:] = [csr]` ran until memory ran out; here they
+        end after the rows."""
+        for i in range(self.shape[0]):
+            yield self[i]
+
     def __getitem__(self, key):
         """Rows as MXNet's CSRNDArray.__getitem__ (its slice operator on axis 0): an int
         (-1: the last row) or a slice without a step, as a new CSRNDArray (Python's
