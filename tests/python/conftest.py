@@ -20,6 +20,24 @@ if BINDINGS not in sys.path:
 CACHE = os.environ.get('MXKV_CACHE', os.path.join(REPO, '.cache'))
 REF_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')  # MXNet 1.9.1's venv
 
+# The start of a differential child script (run by run_child / compare_children): argv[1]
+# names the library ('mxnet' or 'mxkv'), imported as `mx` (`nd` = mx.nd) with the other
+# one kept out; warnings and log lines silenced.
+CHILD_PRELUDE = r'''
+import json, sys, warnings
+warnings.simplefilter('ignore')
+import logging
+logging.disable(logging.CRITICAL)
+lib = sys.argv[1]
+import numpy as np
+if lib == 'mxnet':
+    sys.modules['mxkv'] = None
+    import mxnet as mx
+else:
+    import mxkv as mx
+nd = mx.nd
+'''
+
 
 def run_child(python, child, lib, cases, env=None):
     """Run the script `child` under `python` with argv ['mxnet' or 'mxkv', JSON of

@@ -81,6 +81,8 @@ import tempfile
 import time
 import uuid
 
+from distproc import reap
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, '..', '..'))
 BINDINGS = os.path.join(REPO, 'bindings', 'python')
@@ -561,21 +563,6 @@ def node():
 
 
 # --- the driver ----------------------------------------------------------------------
-def _tagged(tag):
-    want = ('MXKV_TEST_TAG=%s' % tag).encode()
-    pids = []
-    for d in os.listdir('/proc'):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open('/proc/%s/environ' % d, 'rb') as f:
-                if want in f.read().split(b'\0'):
-                    pids.append(int(d))
-        except OSError:
-            pass
-    return pids
-
-
 def run_cluster(sc, lib, timeout=90):
     """runs scenario sc on a cluster of lib ('mxnet' or 'mxkv'); returns
     {'code', 'out' (the launcher's output), 'res': {rank: [records]}}"""
@@ -611,16 +598,7 @@ def run_cluster(sc, lib, timeout=90):
                 out, _ = p.communicate()
             code = 'hung'
         finally:
-            deadline = time.time() + 10
-            left = _tagged(tag)
-            while left and time.time() < deadline:
-                time.sleep(0.1)   # nodes the launcher stopped may still be exiting
-                left = _tagged(tag)
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            reap(tag)
         res = {}
         for r in range(sc['workers']):
             fn = os.path.join(tmp, 'w%d.jsonl' % r)

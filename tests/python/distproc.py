@@ -1,5 +1,5 @@
 """Process helpers shared by the dist tests that start real OS processes
-(test_dist.py, test_dist_faults.py).
+(test_dist.py, test_dist_faults.py, dist_fuzz.py).
 
 Every process a test starts carries a unique tag in its environment
 (``MXKV_TEST_TAG=<tag>``); :func:`tagged` finds the ones still alive through
@@ -7,6 +7,8 @@ Every process a test starts carries a unique tag in its environment
 behind.
 """
 import os
+import signal
+import time
 
 
 def tagged(tag):
@@ -23,3 +25,19 @@ def tagged(tag):
         except OSError:
             pass
     return pids
+
+
+def reap(tag, grace=10.0):
+    """kill, by pid, the tagged processes still alive after `grace` seconds (nodes a
+    launcher stopped may still be exiting) and return their pids"""
+    deadline = time.time() + grace
+    left = tagged(tag)
+    while left and time.time() < deadline:
+        time.sleep(0.1)   # polling /proc for exits, not a synchronisation
+        left = tagged(tag)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return left

@@ -12,20 +12,10 @@ Only the first indptr[-1] indices and values are compared: MXNet allocates lhs n
 nnz of them and leaves the rest unwritten.
 """
 
-from conftest import compare_children
+from conftest import CHILD_PRELUDE, compare_children
 
 
-CHILD = r'''
-import json, sys, warnings
-warnings.simplefilter('ignore')
-lib = sys.argv[1]
-import numpy as np
-if lib == 'mxnet':
-    sys.modules['mxkv'] = None
-    import mxnet as mx
-else:
-    import mxkv as mx
-nd = mx.nd
+CHILD = CHILD_PRELUDE + r'''
 CTX = {'c': mx.cpu(0), 'p': mx.cpu_pinned(0), 'c1': mx.cpu(1)}
 INF, NAN = float('inf'), float('nan')
 

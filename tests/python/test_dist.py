@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from conftest import BINDINGS, REPO
-from distproc import tagged as _tagged
+from distproc import reap
 
 LAUNCH = os.path.join(BINDINGS, 'mxkv_launch.py')
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist')
@@ -56,16 +56,7 @@ def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=N
             out, _ = p.communicate()
         pytest.fail('the cluster did not finish in %d s:\n%s' % (timeout + 30, out.decode()))
     finally:
-        deadline = time.time() + 10
-        left = _tagged(tag)
-        while left and time.time() < deadline:
-            time.sleep(0.1)   # nodes the launcher stopped may still be exiting
-            left = _tagged(tag)
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        left = reap(tag)
     assert not left, 'processes left behind: %r' % left
     return p.returncode, out.decode()
 

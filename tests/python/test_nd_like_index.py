@@ -23,20 +23,10 @@ too (mxkv returned the array for (3,)[:, :]).  Before: 37 of the 144 read cases 
 Writes to such arrays are not compared: several of them abort MXNet 1.9.1.
 """
 
-from conftest import compare_children
+from conftest import CHILD_PRELUDE, compare_children
 
 
-PRELUDE = r'''
-import json, sys, warnings
-warnings.simplefilter('ignore')
-lib = sys.argv[1]
-import numpy as np
-if lib == 'mxnet':
-    sys.modules['mxkv'] = None
-    import mxnet as mx
-else:
-    import mxkv as mx
-nd = mx.nd
+PRELUDE = CHILD_PRELUDE + r'''
 cases = json.loads(sys.argv[2])
 
 

@@ -18,22 +18,10 @@ calling nd.sgd_update / nd.adam_update.  Before: mxkv had none of these function
 (AttributeError).
 """
 
-from conftest import compare_children
+from conftest import CHILD_PRELUDE, compare_children
 
 
-CHILD = r'''
-import json, sys, warnings
-warnings.simplefilter('ignore')
-import logging
-logging.disable(logging.CRITICAL)
-lib = sys.argv[1]
-import numpy as np
-if lib == 'mxnet':
-    sys.modules['mxkv'] = None
-    import mxnet as mx
-else:
-    import mxkv as mx
-nd = mx.nd
+CHILD = CHILD_PRELUDE + r'''
 
 W = np.array([[1.5, -2, 0.25], [0.5, 1, 2], [3, 0.125, -0.25], [0.75, -0.5, 1]])
 G = np.array([[0.5, 0, 1], [0, 0, 0], [0, -3, 0.75], [0, 0, 0]])

@@ -25,22 +25,10 @@ compared exactly: error classes, weights and states as bytes, and the next rando
    failures are not compared.)
 """
 
-from conftest import compare_children
+from conftest import CHILD_PRELUDE, compare_children
 
 
-PRELUDE = r'''
-import json, sys, warnings
-warnings.simplefilter('ignore')
-import logging
-logging.disable(logging.CRITICAL)
-lib = sys.argv[1]
-import numpy as np
-if lib == 'mxnet':
-    sys.modules['mxkv'] = None
-    import mxnet as mx
-else:
-    import mxkv as mx
-nd = mx.nd
+PRELUDE = CHILD_PRELUDE + r'''
 
 
 def last_line(text):

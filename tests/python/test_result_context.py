@@ -33,20 +33,10 @@ comparisons with a scalar and clip of a csr array (tests/python/test_csr_op_styp
 nd.zeros_like / ones_like (tests/python/test_nd_like_index.py).
 """
 
-from conftest import compare_children
+from conftest import CHILD_PRELUDE, compare_children
 
 
-CHILD = r'''
-import json, sys, warnings
-warnings.simplefilter('ignore')
-lib = sys.argv[1]
-import numpy as np
-if lib == 'mxnet':
-    sys.modules['mxkv'] = None
-    import mxnet as mx
-else:
-    import mxkv as mx
-nd = mx.nd
+CHILD = CHILD_PRELUDE + r'''
 C = {'c': mx.cpu(0), 'c1': mx.cpu(1), 'p': mx.cpu_pinned(0), 'p1': mx.cpu_pinned(1)}
 V = np.array([[0, 1.5, 0, 2.5], [0, 0, 0, 0], [3, 0, -1, -1.5]], dtype=np.float32)
 W = np.array([[1, 2, 0, 4], [0, 0, 0, 0], [3, 0, 0, 2]], dtype=np.float32)

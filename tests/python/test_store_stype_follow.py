@@ -30,20 +30,10 @@ wait.
 """
 import random
 
-from conftest import compare_children
+from conftest import CHILD_PRELUDE, compare_children
 
 
-CHILD = r'''
-import json, sys, warnings
-warnings.simplefilter('ignore')
-lib = sys.argv[1]
-import numpy as np
-if lib == 'mxnet':
-    sys.modules['mxkv'] = None
-    import mxnet as mx
-else:
-    import mxkv as mx
-
+CHILD = CHILD_PRELUDE + r'''
 BASE = np.array([[1, 2], [0, 0], [3, 4]], dtype=np.float64)
 ST = {'d': 'default', 'r': 'row_sparse', 'c': 'csr'}
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..base import MXNetError
 from .._numerics import dmlc_float, dmlc_double
-from .ndarray import NDArray, _op_context, _dtype_name
+from .ndarray import NDArray, _op_context, _dtype_name, _result_into
 
 _REQUIRED = object()
 
@@ -180,13 +180,7 @@ def _make(op, arrays, params, run, sparse_kernel=None, f32_inputs=()):
         res = _dense_copy(weight, ctx)
         with _DenseStates(states) as dense_states:
             run(kernels, res, grad, dense_states, values, False, False)
-        if out is None:
-            return res
-        try:
-            res.copyto(out)
-        finally:
-            res.close()
-        return out
+        return _result_into(res, out)
     fn.__name__ = op
     fn.__doc__ = ('MXNet\'s %s operator: %s(%s, out=None, name=None) (see '
                   'mxkv.ndarray._update_ops)' % (op, op, ', '.join(names)))

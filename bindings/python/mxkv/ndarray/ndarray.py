@@ -164,6 +164,18 @@ def _need_64bit(name, shape):
 _HAS_SHAPE64 = 'MXNDArrayGetShapeEx64' not in _LIB._mxkv_missing
 
 
+def _result_into(res, out):
+    """an operator's result: `res` itself, or with `out` given, `res` copied into `out`
+    (in out's storage type; MXNet's errors for another shape or dtype) and freed"""
+    if out is None:
+        return res
+    try:
+        res.copyto(out)
+    finally:
+        res.close()
+    return out
+
+
 def _op_context(ctx):
     """the context of an operator's result given its first input's: MXNet 1.9.1's
     imperative GetContext does not propagate cpu_pinned / cpu_shared, the operator runs
@@ -1599,13 +1611,7 @@ def _fill_like(op_name, one):
         else:
             from . import sparse
             res = sparse.zeros(stype, shape, ctx=ctx, dtype=data.dtype)
-        if out is None:
-            return res
-        try:
-            res.copyto(out)
-        finally:
-            res.close()
-        return out
+        return _result_into(res, out)
     fn.__name__ = op_name
     fn.__doc__ = ('Return an array of %ss with the same shape, type and (for zeros_like) '
                   'storage type as the input array (MXNet\'s %s operator).'
