@@ -74,14 +74,13 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 
-from distproc import reap
+from distproc import communicate_or_stop, reap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, '..', '..'))
@@ -587,16 +586,8 @@ def run_cluster(sc, lib, timeout=90):
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
         try:
-            out, _ = p.communicate(timeout=timeout + 30)
-            code = p.returncode
-        except subprocess.TimeoutExpired:
-            p.send_signal(signal.SIGTERM)      # the launcher stops its nodes
-            try:
-                out, _ = p.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-            code = 'hung'
+            out, finished = communicate_or_stop(p, timeout + 30)
+            code = p.returncode if finished else 'hung'
         finally:
             reap(tag)
         res = {}

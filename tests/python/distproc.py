@@ -8,6 +8,7 @@ behind.
 """
 import os
 import signal
+import subprocess
 import time
 
 
@@ -41,3 +42,20 @@ def reap(tag, grace=10.0):
         except OSError:
             pass
     return left
+
+
+def communicate_or_stop(p, timeout):
+    """(output, finished): the launcher `p`'s output once it exits within `timeout`
+    seconds; otherwise it is sent SIGTERM (the launcher stops its nodes), killed after
+    15 s more, and finished is False"""
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return out, True
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, _ = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        return out, False

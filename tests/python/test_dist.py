@@ -10,7 +10,6 @@ the run, any process still carrying it is reported and killed by its pid.
 """
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import uuid
 import pytest
 
 from conftest import BINDINGS, REPO
-from distproc import reap
+from distproc import communicate_or_stop, reap
 
 LAUNCH = os.path.join(BINDINGS, 'mxkv_launch.py')
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist')
@@ -46,15 +45,10 @@ def launch(script, workers, servers, env_extra=None, timeout=120, node_timeout=N
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                          start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=timeout + 30)
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGTERM)      # the launcher stops its nodes
-        try:
-            out, _ = p.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        pytest.fail('the cluster did not finish in %d s:\n%s' % (timeout + 30, out.decode()))
+        out, finished = communicate_or_stop(p, timeout + 30)
+        if not finished:
+            pytest.fail('the cluster did not finish in %d s:\n%s' % (timeout + 30,
+                                                                     out.decode()))
     finally:
         left = reap(tag)
     assert not left, 'processes left behind: %r' % left
