@@ -498,6 +498,7 @@ fn dist_interop_our_scheduler_acks_every_resend() {
         port: my_port,
         is_recovery: false,
         customer_id: 0,
+        lane_port: None,
     });
     let add = postoffice::control_message(1, ctl, false, EMPTY, EMPTY, 0);
     hello.send_multipart([add.encode_meta()], 0).unwrap();

@@ -54,6 +54,7 @@ fn node(role: Role, id: i32, host: &str, port: i32) -> Node {
         port,
         is_recovery: false,
         customer_id: 0,
+        lane_port: None,
     }
 }
 

@@ -209,6 +209,7 @@ fn dist_vectors_our_control_messages_match_the_captured_bytes() {
         port,
         is_recovery: false,
         customer_id: 0,
+        lane_port: None,
     };
     let mut add = Control::new(Command::AddNode);
     add.nodes.push(node(Role::Server, 9301));

@@ -55,6 +55,9 @@ pub struct Config {
     pub bigarray_bound: usize,
     /// `MXKV_TIMEOUT_S`: the deadline of every wait.
     pub timeout: Duration,
+    /// `MXKV_LANE` (default 1): direct connections between libmxkv workers
+    /// and servers beside the van ([`super::lane`]); 0 turns them off.
+    pub lane: bool,
 }
 
 fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
@@ -205,6 +208,10 @@ impl Config {
                 .transpose()?
                 .unwrap_or(DEFAULT_BIGARRAY_BOUND),
             timeout,
+            lane: match get("MXKV_LANE") {
+                Some(v) => parse::<i64>("MXKV_LANE", &v)? != 0,
+                None => true,
+            },
         })
     }
 
@@ -236,6 +243,7 @@ impl Config {
             local: false,
             bigarray_bound: DEFAULT_BIGARRAY_BOUND,
             timeout,
+            lane: true,
         }
     }
 

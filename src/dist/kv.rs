@@ -43,6 +43,13 @@ pub trait Transport: Send + Sync {
         }
         self.send(msg)
     }
+
+    /// Watches `ready` for a short while without sleeping
+    /// ([`super::spin::Watcher::watch`]); a transport whose answers the
+    /// waiting thread can read itself does that between two looks.
+    fn watch(&self, ready: &mut dyn FnMut() -> bool) -> bool {
+        super::spin::watcher().watch(ready)
+    }
 }
 
 /// The node id of server rank `r` (ps-lite: `8 + 2r`).

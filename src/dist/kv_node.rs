@@ -33,6 +33,13 @@ impl Transport for PostofficeTransport {
             None => Err(Error::peer_lost("this node has stopped")),
         }
     }
+
+    fn watch(&self, ready: &mut dyn FnMut() -> bool) -> bool {
+        match self.0.upgrade() {
+            Some(po) => po.watch_lanes(ready),
+            None => ready(),
+        }
+    }
 }
 
 impl Customer for KvWorker {

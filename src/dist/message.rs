@@ -113,6 +113,9 @@ pub struct Node {
     pub port: i32,
     pub is_recovery: bool,
     pub customer_id: i32,
+    /// A libmxkv server's lane port (`PBNode` field 100, ours:
+    /// [`super::lane`]); `None` for every other node.
+    pub lane_port: Option<u16>,
 }
 
 impl Node {
@@ -125,6 +128,7 @@ impl Node {
             port: Some(self.port),
             is_recovery: Some(self.is_recovery),
             customer_id: Some(self.customer_id),
+            mxkv_lane_port: self.lane_port.map(i32::from),
         }
     }
 
@@ -138,6 +142,8 @@ impl Node {
             port: n.port.unwrap_or(0),
             is_recovery: n.is_recovery.unwrap_or(false),
             customer_id: n.customer_id.unwrap_or(0),
+            // a port out of range is no lane
+            lane_port: n.mxkv_lane_port.and_then(|p| u16::try_from(p).ok()),
         })
     }
 }

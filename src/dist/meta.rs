@@ -29,6 +29,11 @@ pub struct Node {
     pub is_recovery: Option<bool>,
     #[prost(int32, optional, tag = "10")]
     pub customer_id: Option<i32>,
+    /// Ours, not ps-lite's: a libmxkv server's lane port ([`super::lane`]).
+    /// ps-lite skips the field; a real MXNet scheduler drops it when it
+    /// passes the node on, so its clusters have no lanes.
+    #[prost(int32, optional, tag = "100")]
+    pub mxkv_lane_port: Option<i32>,
 }
 
 /// `ps.PBControl`.

@@ -5,6 +5,8 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod lane;
+mod lanes;
 pub mod message;
 pub mod meta;
 pub mod postoffice;

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 use super::config::Config;
+use super::lanes::Lanes;
 use super::message::{Command, Control, Message, Node, Role, EMPTY};
 use super::van::{Event, Flow, Van, VanOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -171,6 +172,8 @@ pub struct Postoffice {
     pub(crate) van_ts: AtomicI32,
     pub(crate) start_time: Instant,
     pub(crate) my_node: Mutex<Node>,
+    /// Direct connections to libmxkv peers beside the van ([`super::lane`]).
+    pub(crate) lanes: Lanes,
 }
 
 impl Postoffice {
@@ -194,6 +197,7 @@ impl Postoffice {
             return Err(e);
         }
         po.log_ready();
+        po.connect_lanes();
         Ok(po)
     }
 
@@ -227,6 +231,7 @@ impl Postoffice {
             local: config.local,
         })?;
         let port = van.port();
+        let lanes = Lanes::new(config.role, config.lane, config.resend, config.num_worker);
         let my_node = Node {
             role: config.role,
             id: if config.role == Role::Scheduler {
@@ -238,6 +243,7 @@ impl Postoffice {
             port: i32::from(port),
             is_recovery: false,
             customer_id: 0,
+            lane_port: lanes.listen(config.role, &host),
         };
         let po = Arc::new(Postoffice {
             state: Mutex::new(State {
@@ -267,7 +273,9 @@ impl Postoffice {
             my_node: Mutex::new(my_node.clone()),
             config,
             van,
+            lanes,
         });
+        po.start_lane_listener();
         let weak: Weak<Postoffice> = Arc::downgrade(&po);
         let started = (|| {
             if po.config.role == Role::Scheduler {
@@ -495,7 +503,11 @@ impl Postoffice {
         let to = msg.recver;
         self.check_peer(to)?;
         msg.sender = self.my_id();
-        self.van.send(msg).map(|_| ()).map_err(|e| {
+        let sent = match self.send_on_lane(&msg, None) {
+            Some(r) => r,
+            None => self.van.send(msg),
+        };
+        sent.map(|_| ()).map_err(|e| {
             Error::with_kind(
                 e.kind(),
                 format!("{} → {}: {}", self.config.role, peer_name(to), e.message()),
@@ -509,15 +521,16 @@ impl Postoffice {
         let to = msg.recver;
         self.check_peer(to)?;
         msg.sender = self.my_id();
-        self.van
-            .send_copying(msg, part, src)
-            .map(|_| ())
-            .map_err(|e| {
-                Error::with_kind(
-                    e.kind(),
-                    format!("{} → {}: {}", self.config.role, peer_name(to), e.message()),
-                )
-            })
+        let sent = match self.send_on_lane(&msg, Some((part, src))) {
+            Some(r) => r,
+            None => self.van.send_copying(msg, part, src),
+        };
+        sent.map(|_| ()).map_err(|e| {
+            Error::with_kind(
+                e.kind(),
+                format!("{} → {}: {}", self.config.role, peer_name(to), e.message()),
+            )
+        })
     }
 
     pub(crate) fn next_van_ts(&self) -> i32 {
@@ -760,6 +773,7 @@ impl Postoffice {
                 ..Message::default()
             });
         }
+        self.lanes.stop();
         self.van.stop(STOP_DEADLINE);
         self.cond.notify_all();
     }
@@ -778,8 +792,11 @@ impl Postoffice {
             }
             // Only a new connection clears a suspicion: a message can be one
             // the peer sent before it died, read after the break.
+            // (A broken lane stays broken.)
             Event::Connected { peer } => {
-                self.state.lock().suspects.remove(&peer);
+                if !self.lanes.is_broken(peer) {
+                    self.state.lock().suspects.remove(&peer);
+                }
                 Flow::Continue
             }
             Event::Tick => {
@@ -961,7 +978,7 @@ impl Postoffice {
         }
     }
 
-    fn deliver(&self, msg: Message) {
+    pub(crate) fn deliver(&self, msg: Message) {
         let key = (msg.app_id, msg.customer_id);
         let park = self.park_key(key.0, key.1);
         // The lookup and the parking under one state lock (see
@@ -1765,6 +1782,7 @@ mod tests {
                     port: 1,
                     is_recovery: false,
                     customer_id: 0,
+                    lane_port: None,
                 })
                 .collect();
             control_message(EMPTY, ctl, false, EMPTY, EMPTY, 3)

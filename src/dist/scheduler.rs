@@ -194,6 +194,7 @@ pub(crate) fn on_add_node(po: &Postoffice, msg: Message) {
         port: i32::from(po.port()),
         is_recovery: false,
         customer_id: 0,
+        lane_port: None,
     });
     {
         let mut st = po.state.lock();
@@ -334,6 +335,7 @@ mod tests {
             port,
             is_recovery: false,
             customer_id: 0,
+            lane_port: None,
         }
     }
 

@@ -31,7 +31,6 @@ use super::kv::{
     copy_to_vec, i32_bytes, node_name, reply_error, server_id, u64_bytes, KvPairs, Transport,
 };
 use super::message::{Bytes, Message};
-use super::spin::watcher;
 use crate::error::{Error, Result};
 use crate::ndarray::dtype::DType;
 use crate::ndarray::{kernels, Context, NDArray, Shape, StorageType};
@@ -441,7 +440,8 @@ impl KvWorker {
         }
         let seen = self.events.load(Ordering::Acquire);
         MutexGuard::unlocked(st, || {
-            watcher().watch(|| self.events.load(Ordering::Acquire) != seen);
+            self.transport
+                .watch(&mut || self.events.load(Ordering::Acquire) != seen);
         });
         Instant::now() >= deadline
     }

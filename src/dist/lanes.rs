@@ -1,0 +1,419 @@
+//! A node's lanes ([`super::lane`]): a server's listener and one thread per
+//! accepted lane (reading, handling and answering requests itself); a
+//! worker's lane to every server that advertised one, read by the threads
+//! waiting for answers and, while nobody waits, by one thread per lane.
+#![forbid(unsafe_code)]
+
+use super::lane::{self, Lane, Pumped, HELLO_LEN};
+use super::message::{Bytes, Command, Message, Role};
+use super::postoffice::{peer_name, Postoffice};
+use super::spin::watcher;
+use super::van::TICK;
+use crate::error::{Error, Result};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// The longest a handshake may take (a connection that sends nothing is
+/// closed after it).
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+pub(crate) struct Lanes {
+    enabled: bool,
+    map: RwLock<HashMap<i32, Arc<Lane>>>,
+    /// Peers whose lane broke (their van connection coming back does not
+    /// mend it).
+    broken: Mutex<Vec<i32>>,
+    listener: Mutex<Option<TcpListener>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Worker: the threads that read lanes while nobody waits.
+    readers: Mutex<Vec<Thread>>,
+    /// Lanes being handshaken or served (a server's), at most [`Self::max_conns`].
+    conns: AtomicUsize,
+    max_conns: usize,
+    stop: AtomicBool,
+    /// Threads watching for answers (they read the lanes themselves).
+    watchers: AtomicUsize,
+}
+
+impl Lanes {
+    pub(crate) fn new(role: Role, lane: bool, resend: bool, num_worker: usize) -> Lanes {
+        Lanes {
+            enabled: role != Role::Scheduler && lane && !resend,
+            map: RwLock::new(HashMap::new()),
+            broken: Mutex::new(Vec::new()),
+            listener: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
+            readers: Mutex::new(Vec::new()),
+            conns: AtomicUsize::new(0),
+            max_conns: 2 * num_worker + 8,
+            stop: AtomicBool::new(false),
+            watchers: AtomicUsize::new(0),
+        }
+    }
+
+    /// A server's listener on `host`, port chosen by the system: its port,
+    /// or `None` (lanes off, or no port: the van carries everything).
+    pub(crate) fn listen(&self, role: Role, host: &str) -> Option<u16> {
+        if !self.enabled || role != Role::Server {
+            return None;
+        }
+        let l = TcpListener::bind((host, 0)).ok()?;
+        l.set_nonblocking(true).ok()?;
+        let port = l.local_addr().ok()?.port();
+        *self.listener.lock() = Some(l);
+        Some(port)
+    }
+
+    pub(crate) fn get(&self, peer: i32) -> Option<Arc<Lane>> {
+        if !self.enabled {
+            return None;
+        }
+        self.map.read().get(&peer).cloned()
+    }
+
+    pub(crate) fn is_broken(&self, peer: i32) -> bool {
+        self.broken.lock().contains(&peer)
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.map.read().len()
+    }
+
+    fn spawn(&self, name: String, f: impl FnOnce() + Send + 'static) -> Option<Thread> {
+        let h = std::thread::Builder::new().name(name).spawn(f).ok()?;
+        let t = h.thread().clone();
+        self.threads.lock().push(h);
+        Some(t)
+    }
+
+    /// Closes every lane and ends the lane threads (bounded: their sockets
+    /// are shut, and each looks at the stop flag at least every [`TICK`]).
+    pub(crate) fn stop(&self) {
+        if self.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for l in self.map.read().values() {
+            l.close();
+        }
+        self.listener.lock().take();
+        for t in self.readers.lock().iter() {
+            t.unpark();
+        }
+        let me = std::thread::current().id();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for h in threads {
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Postoffice {
+    /// A server's: the thread accepting lanes.
+    pub(crate) fn start_lane_listener(self: &Arc<Self>) {
+        if self.lanes.listener.lock().is_none() {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        self.lanes
+            .spawn("mxkv-lane-accept".into(), move || accept_loop(weak));
+    }
+
+    /// A worker's: connects a lane to every server that advertised one
+    /// (after the node knows its peers, before it sends them anything). A
+    /// server that cannot be reached this way is reached through the van.
+    pub(crate) fn connect_lanes(self: &Arc<Self>) {
+        if !self.lanes.enabled || self.role() != Role::Worker {
+            return;
+        }
+        let me = self.my_id();
+        let servers: Vec<_> = self
+            .nodes()
+            .into_iter()
+            .filter(|n| n.role == Role::Server)
+            .collect();
+        for n in servers {
+            let Some(port) = n.lane_port else { continue };
+            let addr = format!("{}:{port}", n.hostname);
+            let within = self.config.timeout.min(HANDSHAKE);
+            match lane::connect(&addr, me, n.id, within) {
+                Ok(s) => {
+                    let l = Arc::new(Lane::new(n.id, s));
+                    self.lanes.map.write().insert(n.id, l.clone());
+                    let weak = Arc::downgrade(self);
+                    if let Some(t) = self
+                        .lanes
+                        .spawn(format!("mxkv-lane-{}", n.id), move || read_loop(weak, l))
+                    {
+                        self.lanes.readers.lock().push(t);
+                    }
+                    if self.config.verbose >= 1 {
+                        eprintln!("[mxkv worker] lane to {} at {addr}", peer_name(n.id));
+                    }
+                }
+                Err(e) => eprintln!(
+                    "[mxkv worker] no lane to {} ({e}); its messages go through the van",
+                    peer_name(n.id)
+                ),
+            }
+        }
+    }
+
+    /// Reads every lane without waiting (a worker's waiting thread, and a
+    /// write waiting for room); true when a message was handed over.
+    pub(crate) fn pump_lanes(&self) -> bool {
+        if !self.lanes.enabled {
+            return false;
+        }
+        let lanes: Vec<Arc<Lane>> = self.lanes.map.read().values().cloned().collect();
+        let mut any = false;
+        for l in lanes {
+            any |= self.pump_lane(&l);
+        }
+        any
+    }
+
+    fn pump_lane(&self, l: &Lane) -> bool {
+        let peer = l.peer();
+        match l.pump(&mut |parts| self.lane_deliver(peer, parts)) {
+            Pumped::Messages(n) => n > 0,
+            Pumped::Broken(e) => {
+                self.lane_broken(peer, &e);
+                false
+            }
+        }
+    }
+
+    /// Watches `ready` as [`super::spin::Watcher::watch`] does, reading the
+    /// lanes between two looks (so that an answer needs no other thread);
+    /// when the watch ends without it, the lanes' reading threads take over.
+    pub(crate) fn watch_lanes(&self, ready: &mut dyn FnMut() -> bool) -> bool {
+        if self.lanes.count() == 0 {
+            return watcher().watch(ready);
+        }
+        self.lanes.watchers.fetch_add(1, Ordering::AcqRel);
+        let got = watcher().watch(|| {
+            self.pump_lanes();
+            ready()
+        });
+        if self.lanes.watchers.fetch_sub(1, Ordering::AcqRel) == 1 && !got {
+            for t in self.lanes.readers.lock().iter() {
+                t.unpark();
+            }
+        }
+        got
+    }
+
+    /// Sends `msg` on the lane to its receiver, if there is one (`None`
+    /// then: the van sends it).
+    pub(crate) fn send_on_lane(
+        &self,
+        msg: &Message,
+        replace: Option<(usize, &[u8])>,
+    ) -> Option<Result<usize>> {
+        let l = self.lanes.get(msg.recver)?;
+        let deadline = Instant::now() + self.config.timeout;
+        let worker = self.role() == Role::Worker;
+        let r = l.send(msg, replace, deadline, &|| {
+            if worker {
+                self.pump_lanes();
+            }
+        });
+        if let Err(e) = &r {
+            self.lane_broken(l.peer(), e);
+        }
+        Some(r)
+    }
+
+    fn lane_deliver(&self, peer: i32, mut parts: Vec<Bytes>) {
+        let meta = parts.remove(0);
+        match Message::decode(&meta, parts) {
+            Ok(mut msg) if msg.cmd() == Command::Empty => {
+                msg.sender = peer;
+                msg.recver = self.my_id();
+                self.deliver(msg);
+            }
+            Ok(msg) => self.van.drop_message(&format!(
+                "a {:?} control message on the lane from {} (lanes carry data only)",
+                msg.cmd(),
+                peer_name(peer)
+            )),
+            Err(e) => self.van.drop_message(&format!(
+                "a message on the lane from {} whose meta does not decode: {e}",
+                peer_name(peer)
+            )),
+        }
+    }
+
+    /// A lane broke: as a connection the van lost (the peer is suspected,
+    /// and lost unless it is finishing); a broken lane is never mended.
+    fn lane_broken(&self, peer: i32, e: &Error) {
+        {
+            let mut b = self.lanes.broken.lock();
+            if !b.contains(&peer) {
+                b.push(peer);
+            }
+        }
+        let mut st = self.state.lock();
+        if st.finishing || st.lost.contains_key(&peer) {
+            return;
+        }
+        if self.config.verbose >= 1 {
+            eprintln!("[mxkv {}] lane to {}: {e}", self.role(), peer_name(peer));
+        }
+        st.suspects.entry(peer).or_insert_with(Instant::now);
+    }
+}
+
+/// A worker's lane while nobody waits for an answer: reads what arrives
+/// (answers to pushes nobody waited for, the end of the stream).
+fn read_loop(weak: Weak<Postoffice>, l: Arc<Lane>) {
+    let tick_ms = TICK.as_millis() as i64;
+    loop {
+        let Some(po) = weak.upgrade() else { return };
+        if po.lanes.stop.load(Ordering::Acquire) || l.is_broken() {
+            return;
+        }
+        if po.lanes.watchers.load(Ordering::Acquire) > 0 {
+            // a waiting thread reads; it wakes this one when it stops
+            drop(po);
+            std::thread::park_timeout(TICK);
+            continue;
+        }
+        drop(po);
+        l.wait_readable(tick_ms);
+        let Some(po) = weak.upgrade() else { return };
+        po.pump_lane(&l);
+    }
+}
+
+fn accept_loop(weak: Weak<Postoffice>) {
+    let tick_ms = TICK.as_millis() as i64;
+    loop {
+        let Some(po) = weak.upgrade() else { return };
+        if po.lanes.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let accepted = {
+            let g = po.lanes.listener.lock();
+            let Some(l) = g.as_ref() else { return };
+            match l.accept() {
+                Ok((s, _)) => Some(s),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let fd = l.as_raw_fd();
+                    drop(g);
+                    drop(po);
+                    let mut items = [zmq::PollItem::from_fd(fd, zmq::POLLIN)];
+                    let _ = zmq::poll(&mut items, tick_ms);
+                    None
+                }
+                Err(_) => None,
+            }
+        };
+        let Some(s) = accepted else { continue };
+        let Some(po) = weak.upgrade() else { return };
+        if po.lanes.conns.fetch_add(1, Ordering::AcqRel) >= po.lanes.max_conns {
+            po.lanes.conns.fetch_sub(1, Ordering::AcqRel);
+            po.van.drop_message(&format!(
+                "a lane connection beyond the {} this server takes",
+                po.lanes.max_conns
+            ));
+            continue;
+        }
+        let w = weak.clone();
+        let spawned = po.lanes.spawn("mxkv-lane-serve".into(), move || {
+            serve_lane(&w, s);
+            if let Some(po) = w.upgrade() {
+                po.lanes.conns.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
+        if spawned.is_none() {
+            po.lanes.conns.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The handshake of an accepted connection: the worker it comes from.
+fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
+    let io = |e: std::io::Error| Error::protocol(format!("lane handshake: {e}"));
+    s.set_nodelay(true).map_err(io)?;
+    s.set_read_timeout(Some(HANDSHAKE)).map_err(io)?;
+    s.set_write_timeout(Some(HANDSHAKE)).map_err(io)?;
+    let mut h = [0u8; HELLO_LEN];
+    (&mut &*s).read_exact(&mut h).map_err(io)?;
+    let (worker, server) = lane::parse_hello(&h)?;
+    po.wait_ready()?;
+    let me = po.my_id();
+    if server != me {
+        return Err(Error::protocol(format!(
+            "a lane for node {server} reached node {me}"
+        )));
+    }
+    let known = po
+        .nodes()
+        .iter()
+        .any(|n| n.role == Role::Worker && n.id == worker);
+    if !known || po.check_peer(worker).is_err() || po.lanes.broken.lock().contains(&worker) {
+        return Err(Error::protocol(format!(
+            "a lane from node {worker}, which is not a worker of this cluster in service"
+        )));
+    }
+    Ok(worker)
+}
+
+fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream) {
+    let Some(po) = weak.upgrade() else { return };
+    let worker = match handshake(&po, &s) {
+        Ok(w) => w,
+        Err(e) => {
+            po.van.drop_message(&format!("a lane connection: {e}"));
+            return;
+        }
+    };
+    let l = {
+        let mut map = po.lanes.map.write();
+        if map.contains_key(&worker) {
+            drop(map);
+            po.van
+                .drop_message(&format!("a second lane from {}", peer_name(worker)));
+            return;
+        }
+        let Ok(clone) = s.try_clone() else { return };
+        let l = Arc::new(Lane::new(worker, clone));
+        map.insert(worker, l.clone());
+        l
+    };
+    // registered before the answer: the worker's first request may follow
+    // at once, and its answer takes the lane
+    if (&s).write_all(&lane::welcome(po.my_id())).is_err() || s.set_nonblocking(true).is_err() {
+        l.close();
+        po.lane_broken(worker, &Error::peer_lost("lane handshake failed"));
+        return;
+    }
+    drop(s);
+    let tick_ms = TICK.as_millis() as i64;
+    drop(po);
+    loop {
+        let Some(po) = weak.upgrade() else { return };
+        if po.lanes.stop.load(Ordering::Acquire) || l.is_broken() {
+            return;
+        }
+        if po.pump_lane(&l) {
+            continue;
+        }
+        // the next request usually follows at once: watch for it a while
+        let got = watcher().watch(|| po.pump_lane(&l) || l.is_broken());
+        if !got {
+            drop(po);
+            l.wait_readable(tick_ms);
+        }
+    }
+}
