@@ -261,6 +261,20 @@ mod tests {
     /// key and of a key split over both servers, then a clean shutdown.
     #[test]
     fn two_workers_two_servers_over_loopback() {
+        two_by_two(true);
+    }
+
+    /// The same through the van alone (`MXKV_LANE=0`).
+    #[test]
+    fn two_workers_two_servers_over_loopback_without_lanes() {
+        two_by_two(false);
+    }
+
+    fn two_by_two(lane: bool) {
+        let cfg = move |role, port| Config {
+            lane,
+            ..cfg(role, port)
+        };
         let sched = scheduler::spawn(cfg(Role::Scheduler, 0)).unwrap();
         let port = sched.port();
         let servers: Vec<_> = (0..2)
@@ -296,6 +310,7 @@ mod tests {
             .map(|_| {
                 std::thread::spawn(move || -> Result<Vec<f64>> {
                     let po = Postoffice::start(cfg(Role::Worker, port))?;
+                    assert_eq!(po.lanes.count(), if lane { 2 } else { 0 });
                     let w = worker_on(&po, 0);
                     let r = po.my_rank();
                     if r == 0 {

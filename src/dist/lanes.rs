@@ -345,12 +345,53 @@ fn accept_loop(weak: Weak<Postoffice>) {
 fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
     let io = |e: std::io::Error| Error::protocol(format!("lane handshake: {e}"));
     s.set_nodelay(true).map_err(io)?;
-    s.set_read_timeout(Some(HANDSHAKE)).map_err(io)?;
     s.set_write_timeout(Some(HANDSHAKE)).map_err(io)?;
+    // read in short slices, so that a connection that sends nothing does
+    // not hold up the node's stop
+    s.set_read_timeout(Some(TICK)).map_err(io)?;
+    let deadline = Instant::now() + HANDSHAKE;
     let mut h = [0u8; HELLO_LEN];
-    (&mut &*s).read_exact(&mut h).map_err(io)?;
+    let mut got = 0;
+    while got < HELLO_LEN {
+        match (&mut &*s).read(&mut h[got..]) {
+            Ok(0) => {
+                return Err(Error::protocol(format!(
+                    "lane handshake: the connection closed after {got} bytes"
+                )))
+            }
+            Ok(k) => got += k,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(io(e)),
+        }
+        if po.lanes.stop.load(Ordering::Acquire) {
+            return Err(Error::protocol("lane handshake: the node stopped"));
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::protocol(format!(
+                "lane handshake: {got} of {HELLO_LEN} bytes in {HANDSHAKE:?}"
+            )));
+        }
+    }
     let (worker, server) = lane::parse_hello(&h)?;
-    po.wait_ready()?;
+    // (the worker learnt of this lane from the scheduler's answer, which
+    // this node may not have taken in yet)
+    {
+        let mut st = po.state.lock();
+        while !st.ready {
+            if po.lanes.stop.load(Ordering::Acquire) || Instant::now() >= deadline {
+                return Err(Error::protocol(
+                    "lane handshake before this server knew its peers",
+                ));
+            }
+            po.cond.wait_for(&mut st, TICK);
+        }
+    }
     let me = po.my_id();
     if server != me {
         return Err(Error::protocol(format!(
@@ -415,5 +456,131 @@ fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream) {
             drop(po);
             l.wait_readable(tick_ms);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::config::Config;
+    use crate::dist::keys::Command as Kv;
+    use crate::dist::kv_node::{serve, server_for, worker_on};
+    use crate::dist::scheduler;
+    use crate::test_util::f32s;
+    use std::sync::mpsc;
+
+    fn cfg(role: Role, port: u16, lane: bool) -> Config {
+        let mut c = Config::local(role, port, 1, 1, Duration::from_secs(30));
+        c.lane = lane;
+        c
+    }
+
+    fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let t0 = Instant::now();
+        while !f() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "never: {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    /// Runs a 1 + 1 cluster (lanes on the server's side as `server_lane`, on
+    /// the worker's as `worker_lane`); `during` gets the server's node and
+    /// the worker's once the cluster is up. The worker then pushes and
+    /// pulls; the pulled values come back.
+    fn cluster(
+        server_lane: bool,
+        worker_lane: bool,
+        during: impl FnOnce(&Arc<Postoffice>, &Arc<Postoffice>),
+    ) -> Vec<f64> {
+        let sched = scheduler::spawn(cfg(Role::Scheduler, 0, true)).unwrap();
+        let port = sched.port();
+        let (tx, rx) = mpsc::channel();
+        let server = std::thread::spawn(move || -> Result<()> {
+            let po = Postoffice::start(cfg(Role::Server, port, server_lane))?;
+            tx.send(po.clone()).unwrap();
+            let mut s = server_for(&po);
+            serve(&po, &mut s, &mut |_: i32, _: &[u8]| Ok(()))?;
+            po.finalize(true)
+        });
+        let po = Postoffice::start(cfg(Role::Worker, port, worker_lane)).unwrap();
+        let spo = rx.recv().unwrap();
+        during(&spo, &po);
+        drop(spo);
+        let w = worker_on(&po, 0);
+        w.command(Kv::SyncMode.head(), b"").unwrap();
+        w.init(&[(3, &f32s(&[1.0; 4]))]).unwrap();
+        let out = f32s(&[0.0; 4]);
+        for i in 0..50 {
+            w.push(&[(3, &f32s(&[i as f32; 4]))]).unwrap();
+            w.pull(&[(3, &out)]).unwrap();
+            assert_eq!(out.to_f64_vec(), vec![i as f64; 4]);
+        }
+        w.push_pull(&[(3, &f32s(&[7.5; 4]), &out)]).unwrap();
+        w.command(Kv::StopServer.head(), b"").unwrap();
+        let t0 = Instant::now();
+        po.finalize(true).unwrap();
+        server.join().unwrap().unwrap();
+        sched.join().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        out.to_f64_vec()
+    }
+
+    #[test]
+    fn a_worker_and_a_server_of_ours_talk_over_a_lane() {
+        let got = cluster(true, true, |server, worker| {
+            assert!(server.my_node.lock().lane_port.is_some());
+            assert_eq!(worker.lanes.count(), 1);
+            until("the server took the lane", || server.lanes.count() == 1);
+        });
+        assert_eq!(got, vec![7.5; 4]);
+    }
+
+    /// With `MXKV_LANE=0` on either side, everything goes through the van.
+    #[test]
+    fn without_lanes_the_van_carries_everything() {
+        for (s, w) in [(false, true), (true, false), (false, false)] {
+            let got = cluster(s, w, |server, worker| {
+                assert_eq!(server.my_node.lock().lane_port.is_some(), s);
+                assert_eq!((worker.lanes.count(), server.lanes.count()), (0, 0));
+            });
+            assert_eq!(got, vec![7.5; 4]);
+        }
+    }
+
+    /// Strangers on a server's lane port (bytes that are no handshake, a
+    /// connection that sends nothing, a handshake naming a node that is no
+    /// worker, another server, or a worker that has its lane already) are
+    /// dropped with a log line each; the node lives, the worker's lane
+    /// carries on, and the open connection does not hold up the shutdown.
+    #[test]
+    fn strangers_on_a_lane_port_are_dropped_and_the_node_lives() {
+        let mut silent = None;
+        let got = cluster(true, true, |server, _worker| {
+            let port = server.my_node.lock().lane_port.unwrap();
+            let at = ("127.0.0.1", port);
+            silent = Some(TcpStream::connect(at).unwrap());
+            let mut garbage = b"GET / HTTP/1.0\r\n\r\n".to_vec();
+            garbage.resize(HELLO_LEN, b'x');
+            let me = server.my_id();
+            for bytes in [
+                garbage,
+                lane::hello(11, me),
+                lane::hello(9, me + 2),
+                lane::hello(9, me),
+            ] {
+                let before = server.dropped_messages();
+                let mut s = TcpStream::connect(at).unwrap();
+                s.write_all(&bytes).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut buf = [0u8; 64];
+                // closed without an answer
+                assert_eq!(s.read(&mut buf).unwrap(), 0);
+                until("the drop was counted", || {
+                    server.dropped_messages() > before
+                });
+            }
+        });
+        assert_eq!(got, vec![7.5; 4]);
+        drop(silent);
     }
 }

@@ -71,6 +71,21 @@ def test_exact_sums_over_rounds(kvtype, keys, workers, servers):
         assert '[worker %d] OK rank %d of %d' % (r, r, workers) in out, out
 
 
+@pytest.mark.parametrize('lane', ['1', '0'])
+def test_our_workers_and_servers_talk_over_lanes_unless_told_not_to(lane):
+    """libmxkv's workers reach libmxkv's servers over lanes (direct connections beside the
+    van, one per worker and server) unless MXKV_LANE=0; the sums are the same either way"""
+    code, out = launch('sums_worker.py', 2, 2, {
+        'T_KVTYPE': 'dist_sync', 'T_KEYS': 'int', 'MXNET_KVSTORE_BIGARRAY_BOUND': '1000',
+        'MXKV_LANE': lane, 'PS_VERBOSE': '1'})
+    assert code == 0, out
+    for r in range(2):
+        assert '[worker %d] OK rank %d of 2' % (r, r) in out, out
+    lanes = re.findall(r'\[mxkv worker\] lane to server (\d) \(id \d+\) at 127\.0\.0\.1:\d+$',
+                       out, re.M)
+    assert sorted(lanes) == (['0', '0', '1', '1'] if lane == '1' else []), out
+
+
 @pytest.mark.parametrize('kvtype,workers,servers', [
     ('dist_sync', 2, 2),
     ('dist_device_sync', 2, 1),

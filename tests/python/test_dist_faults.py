@@ -455,9 +455,11 @@ def test_garbage_and_half_open_connections_are_dropped_and_the_cluster_goes_on(c
     """after round 0 the workers wait; meanwhile the server's and the scheduler's ports get
     raw garbage and a half-open TCP connection (kept open to the end), the server's port a
     ZMTP handshake cut after the greeting and a well-formed ZeroMQ peer sending frames that
-    are not ps-lite messages (each dropped with a log line naming the peer). Then the
-    workers go on: 4 rounds of exact sums, a clean shutdown, every node exits 0"""
-    c = cluster(2, 1, env={'T_ROUNDS': '4', 'T_WAIT_AFTER': '0'})
+    are not ps-lite messages (each dropped with a log line naming the peer), and the server's
+    lane port (libmxkv's direct connections, which the workers use) garbage and a half-open
+    connection too. Then the workers go on: 4 rounds of exact sums, a clean shutdown, every
+    node exits 0"""
+    c = cluster(2, 1, env={'T_ROUNDS': '4', 'T_WAIT_AFTER': '0', 'PS_VERBOSE': '1'})
     c.start_all(stdin=True)
     for r in (0, 1):
         c['worker %d' % r].wait_line(r'^rank %d waiting$' % r)
@@ -483,6 +485,15 @@ def test_garbage_and_half_open_connections_are_dropped_and_the_cluster_goes_on(c
         server = c['server 0']
         server.wait_line(r'^\[mxkv server\] dropped a message from identity ps999 \(4 bytes')
         server.wait_line(r'^\[mxkv server\] dropped a message from identity ps999 \(3 bytes')
+        # the lane port, which worker 0 names (PS_VERBOSE=1)
+        line = c['worker 0'].wait_line(r'^\[mxkv worker\] lane to server 0 \(id 8\) at 127\.0\.0\.1:\d+$')
+        lane = ('127.0.0.1', int(line.rsplit(':', 1)[1]))
+        g = socket.create_connection(lane, timeout=WAIT)
+        keep.append(g)
+        g.sendall(b'GET / HTTP/1.0\r\n\r\n\xff\x00garbage' + bytes(range(256)) * 4)
+        keep.append(socket.create_connection(lane, timeout=WAIT))   # half-open
+        server.wait_line(r'^\[mxkv server\] dropped a lane connection: not an mxkv lane '
+                         r'handshake')
         for r in (0, 1):
             c['worker %d' % r].send('go\n')
         # the half-open connections stay open until every node has exited
