@@ -294,8 +294,20 @@ def markdown(rows, data, meta, got, used, args):
         "- A pull is sent only once the same worker's push of that key has been answered "
         "(in MXNet the engine orders them; libmxkv's worker waits the same way, since a "
         "pull sent earlier would read the value from before the round): a 1-element push + "
-        "pull is two round trips one after the other, each at least the libzmq round trip "
-        "measured above (2 bytes there and back).")
+        "pull is two round trips one after the other. Through libzmq each is at least the "
+        "libzmq round trip measured above (2 bytes there and back): a message wakes the "
+        "sender's I/O thread, the receiver's I/O thread and the receiver, each wake-up "
+        "~10-20 µs on this kind of machine.")
+    L.append(
+        "- libmxkv's workers and servers talk over lanes (`src/dist/lane.rs`: one direct TCP "
+        "connection per worker and server beside the van, the same ps-lite messages, found "
+        "through a field of the server's registration that real MXNet nodes skip): the "
+        "worker's calling thread writes its request and reads the answer itself, the "
+        "server's lane thread reads, handles and answers, and while both watch for the "
+        "next message nobody is woken. The loopback limits above are two Python processes "
+        "with blocking reads (the 1-byte round trip pays two wake-ups), so a libmxkv figure "
+        "can exceed its limit. `MXKV_LANE=0` sends everything through the van (the figures "
+        "of bench/results before this change).")
     L.append("")
     return "\n".join(L)
 
