@@ -3,7 +3,8 @@
 //! The variables and defaults are ps-lite's (`Van::Start`, `Postoffice`,
 //! `Environment`) and MXNet's (`MXNET_KVSTORE_BIGARRAY_BOUND`), looked up
 //! through [`crate::psenv`] so that values given to `MXInitPSEnv` come first.
-//! `MXKV_TIMEOUT_S` is ours: the deadline of every wait (default 120 s).
+//! `MXKV_TIMEOUT_S` is ours: the deadline of every wait (default 120 s); so
+//! is `MXKV_LANE` (default 1; 0 turns off lanes, [`super::lane`]).
 #![forbid(unsafe_code)]
 
 use super::message::Role;
@@ -357,6 +358,20 @@ mod tests {
             (c.port, c.water_mark, c.verbose, c.resend),
             (None, None, 0, false)
         );
+        assert!(c.lane);
+    }
+
+    #[test]
+    fn mxkv_lane() {
+        for (v, on) in [("0", false), ("1", true), ("2", true)] {
+            let mut vars = BASE.to_vec();
+            vars.push(("MXKV_LANE", v));
+            assert_eq!(cfg(&vars).unwrap().lane, on, "MXKV_LANE={v}");
+        }
+        let mut vars = BASE.to_vec();
+        vars.push(("MXKV_LANE", "off"));
+        let e = cfg(&vars).unwrap_err();
+        assert!(e.message().contains("MXKV_LANE"), "{e}");
     }
 
     #[test]
