@@ -50,6 +50,11 @@ pub trait Transport: Send + Sync {
     fn watch(&self, ready: &mut dyn FnMut() -> bool) -> bool {
         super::spin::watcher().watch(ready)
     }
+
+    /// A thread starts (`true`) or ends (`false`) sleeping until an answer
+    /// comes; a transport whose answers the waiting threads read themselves
+    /// must then read for it.
+    fn sleeping(&self, _asleep: bool) {}
 }
 
 /// The node id of server rank `r` (ps-lite: `8 + 2r`).

@@ -40,6 +40,12 @@ impl Transport for PostofficeTransport {
             None => ready(),
         }
     }
+
+    fn sleeping(&self, asleep: bool) {
+        if let Some(po) = self.0.upgrade() {
+            po.lanes_sleeping(asleep);
+        }
+    }
 }
 
 impl Customer for KvWorker {

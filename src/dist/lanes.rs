@@ -40,6 +40,9 @@ pub(crate) struct Lanes {
     stop: AtomicBool,
     /// Threads watching for answers (they read the lanes themselves).
     watchers: AtomicUsize,
+    /// Threads sleeping until an answer comes (the reading threads read
+    /// for them).
+    sleepers: AtomicUsize,
 }
 
 impl Lanes {
@@ -55,6 +58,7 @@ impl Lanes {
             max_conns: 2 * num_worker + 8,
             stop: AtomicBool::new(false),
             watchers: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
         }
     }
 
@@ -193,8 +197,7 @@ impl Postoffice {
     }
 
     /// Watches `ready` as [`super::spin::Watcher::watch`] does, reading the
-    /// lanes between two looks (so that an answer needs no other thread);
-    /// when the watch ends without it, the lanes' reading threads take over.
+    /// lanes between two looks (so that an answer needs no other thread).
     pub(crate) fn watch_lanes(&self, ready: &mut dyn FnMut() -> bool) -> bool {
         if self.lanes.count() == 0 {
             return watcher().watch(ready);
@@ -204,12 +207,25 @@ impl Postoffice {
             self.pump_lanes();
             ready()
         });
-        if self.lanes.watchers.fetch_sub(1, Ordering::AcqRel) == 1 && !got {
+        self.lanes.watchers.fetch_sub(1, Ordering::AcqRel);
+        got
+    }
+
+    /// A worker's thread starts or ends sleeping until an answer comes: the
+    /// lanes' reading threads read while any thread sleeps (and are woken
+    /// for it), and leave the reading to the watching threads otherwise.
+    pub(crate) fn lanes_sleeping(&self, asleep: bool) {
+        if self.lanes.count() == 0 {
+            return;
+        }
+        if asleep {
+            self.lanes.sleepers.fetch_add(1, Ordering::AcqRel);
             for t in self.lanes.readers.lock().iter() {
                 t.unpark();
             }
+        } else {
+            self.lanes.sleepers.fetch_sub(1, Ordering::AcqRel);
         }
-        got
     }
 
     /// Sends `msg` on the lane to its receiver, if there is one (`None`
@@ -282,8 +298,11 @@ fn read_loop(weak: Weak<Postoffice>, l: Arc<Lane>) {
         if po.lanes.stop.load(Ordering::Acquire) || l.is_broken() {
             return;
         }
-        if po.lanes.watchers.load(Ordering::Acquire) > 0 {
-            // a waiting thread reads; it wakes this one when it stops
+        if po.lanes.watchers.load(Ordering::Acquire) > 0
+            && po.lanes.sleepers.load(Ordering::Acquire) == 0
+        {
+            // a watching thread reads; a thread that goes to sleep wakes
+            // this one
             drop(po);
             std::thread::park_timeout(TICK);
             continue;

@@ -436,7 +436,12 @@ impl KvWorker {
     /// the lock since its check.
     fn sleep(&self, st: &mut MutexGuard<'_, State>, deadline: Instant, fresh: &mut bool) -> bool {
         if !std::mem::take(fresh) {
-            return self.cv.wait_until(st, deadline).timed_out();
+            // (a transport read by the waiting threads themselves has
+            // another thread read while this one sleeps)
+            self.transport.sleeping(true);
+            let timed_out = self.cv.wait_until(st, deadline).timed_out();
+            self.transport.sleeping(false);
+            return timed_out;
         }
         let seen = self.events.load(Ordering::Acquire);
         MutexGuard::unlocked(st, || {
