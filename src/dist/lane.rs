@@ -34,7 +34,8 @@
 use super::message::{Bytes, Message};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +54,10 @@ const STAGE: usize = 64 * 1024;
 /// A part at least this long is read straight into its own buffer.
 const DIRECT: usize = 16 * 1024;
 /// Most bytes reserved ahead for a part (it grows as it arrives).
-const RESERVE_MAX: u64 = 1 << 30;
+const RESERVE_MAX: u64 = 128 << 20;
+/// Most bytes a server's lane queues for a worker that does not read
+/// (beyond it a write waits for room, until its deadline).
+pub const MAX_QUEUED: usize = 1 << 30;
 /// How long a poll for writability lasts before the deadline is checked.
 const POLL_SLICE_MS: i64 = 50;
 
@@ -105,8 +109,16 @@ fn check_magic(b: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Connects a worker's lane to `server` at `addr`: handshake within
-/// `deadline`, then the stream is non-blocking.
+/// The worker's last handshake step, after the server's answer: from here
+/// on both sides use the lane (a worker that gave up before it never
+/// leaves a lane behind on the server).
+pub const CONFIRM: &[u8; 4] = b"LANE";
+
+/// How long a worker waits for a lane's TCP connection.
+pub const CONNECT: Duration = Duration::from_secs(3);
+
+/// Connects a worker's lane to `server` at `addr`: handshake (hello,
+/// answer, confirmation) within `within`, then the stream is non-blocking.
 pub fn connect(addr: &str, me: i32, server: i32, within: Duration) -> Result<TcpStream> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Error::peer_lost(format!("lane to {addr}: {what}: {e}"))
@@ -115,7 +127,8 @@ pub fn connect(addr: &str, me: i32, server: i32, within: Duration) -> Result<Tcp
         .map_err(|e| fail("bad address", &e))?
         .next()
         .ok_or_else(|| Error::peer_lost(format!("lane to {addr}: no address")))?;
-    let s = TcpStream::connect_timeout(&sa, within).map_err(|e| fail("connect", &e))?;
+    let s =
+        TcpStream::connect_timeout(&sa, within.min(CONNECT)).map_err(|e| fail("connect", &e))?;
     s.set_nodelay(true).map_err(|e| fail("nodelay", &e))?;
     s.set_write_timeout(Some(within))
         .and_then(|_| s.set_read_timeout(Some(within)))
@@ -132,6 +145,8 @@ pub fn connect(addr: &str, me: i32, server: i32, within: Duration) -> Result<Tcp
             "lane to {addr}: answered by node {id}, expected {server}"
         )));
     }
+    (&s).write_all(CONFIRM)
+        .map_err(|e| fail("handshake confirmation", &e))?;
     s.set_nonblocking(true)
         .map_err(|e| fail("non-blocking", &e))?;
     Ok(s)
@@ -237,22 +252,64 @@ pub enum Pumped {
     Broken(Error),
 }
 
+/// Bytes written but not yet taken by the socket (a server's lanes: see
+/// [`Lane::send`]).
+#[derive(Default)]
+struct Out {
+    pending: VecDeque<Bytes>,
+    /// Bytes of `pending`'s front already written.
+    front_written: usize,
+    bytes: usize,
+    /// Since when nothing of `pending` could be written.
+    stalled_since: Option<Instant>,
+}
+
 /// One end of a lane.
 pub struct Lane {
     peer: i32,
     stream: TcpStream,
-    writer: Mutex<()>,
+    /// Queue what the socket does not take at once (a server's lanes), or
+    /// wait for room (a worker's).
+    queue: bool,
+    writer: Mutex<Out>,
+    has_pending: AtomicBool,
     reader: Mutex<Reader>,
     broken: AtomicBool,
 }
 
+/// A piece of a message to write: bytes the message owns (kept if queued)
+/// or borrowed (copied if queued).
+enum Piece<'a> {
+    Owned(Bytes),
+    Borrowed(&'a [u8]),
+}
+
+impl Piece<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Owned(b) => b,
+            Piece::Borrowed(b) => b,
+        }
+    }
+
+    fn into_owned(self, from: usize) -> Bytes {
+        match self {
+            Piece::Owned(b) => b.slice(from..),
+            Piece::Borrowed(b) => Bytes::copy_from_slice(&b[from..]),
+        }
+    }
+}
+
 impl Lane {
-    /// A lane over `stream` (non-blocking, handshake done) to node `peer`.
-    pub fn new(peer: i32, stream: TcpStream) -> Lane {
+    /// A lane over `stream` (non-blocking, handshake done) to node `peer`;
+    /// `queue`: a server's end (see [`Lane::send`]).
+    pub fn new(peer: i32, stream: TcpStream, queue: bool) -> Lane {
         Lane {
             peer,
             stream,
-            writer: Mutex::new(()),
+            queue,
+            writer: Mutex::new(Out::default()),
+            has_pending: AtomicBool::new(false),
             reader: Mutex::new(Reader {
                 buf: vec![0; STAGE],
                 start: 0,
@@ -361,17 +418,19 @@ impl Lane {
         }
     }
 
-    /// Waits until the lane has something to read, at most `ms`
-    /// milliseconds (0: only looks).
-    pub fn wait_readable(&self, ms: i64) {
-        let mut items = [zmq::PollItem::from_fd(self.stream.as_raw_fd(), zmq::POLLIN)];
-        let _ = zmq::poll(&mut items, ms);
-    }
-
-    /// Writes `msg` (with data part `part` replaced by `src`, if given),
-    /// waiting at most until `deadline` for room; `drain` is called while
-    /// waiting (a worker reads its answers then, so that a server writing
-    /// to it is never stuck behind this write). An error breaks the lane.
+    /// Writes `msg` (with data part `part` replaced by `src`, if given).
+    /// Small parts go out with the meta in one write; large ones are written
+    /// from where they are. (Plain writes, never `writev`: std's TCP write
+    /// passes `MSG_NOSIGNAL`, so a peer that is gone gives an error, not a
+    /// SIGPIPE that would end the host process.)
+    ///
+    /// What the socket does not take at once: a worker's lane waits for
+    /// room until `deadline`, calling `drain` meanwhile (a worker reads its
+    /// answers then, so that a server writing to it is never stuck behind
+    /// this write); a server's lane queues it, behind anything queued
+    /// before, for [`Lane::flush`] (as libzmq queues, so that a worker that
+    /// stopped reading holds up nobody else; [`MAX_QUEUED`] bytes at most,
+    /// beyond which it waits for room too). An I/O error breaks the lane.
     pub fn send(
         &self,
         msg: &Message,
@@ -379,18 +438,6 @@ impl Lane {
         deadline: Instant,
         drain: &dyn Fn(),
     ) -> Result<usize> {
-        if self.is_broken() {
-            return Err(Error::peer_lost("its lane (direct connection) is closed"));
-        }
-        let meta = msg.encode_meta();
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + msg.data.len());
-        parts.push(&meta);
-        for (i, d) in msg.data.iter().enumerate() {
-            match replace {
-                Some((p, src)) if p == i => parts.push(src),
-                _ => parts.push(d),
-            }
-        }
         if let Some((p, _)) = replace {
             if p >= msg.data.len() {
                 return Err(Error::new(format!(
@@ -399,17 +446,42 @@ impl Lane {
                 )));
             }
         }
-        let mut header = Vec::with_capacity(4 + 8 * parts.len());
-        header.extend_from_slice(&(parts.len() as u32).to_le_bytes());
-        for p in &parts {
-            header.extend_from_slice(&(p.len() as u64).to_le_bytes());
+        if self.is_broken() {
+            return Err(Error::peer_lost("its lane (direct connection) is closed"));
         }
-        let mut slices: Vec<&[u8]> = Vec::with_capacity(1 + parts.len());
-        slices.push(&header);
-        slices.extend(parts.iter().copied().filter(|p| !p.is_empty()));
-        let total: usize = slices.iter().map(|s| s.len()).sum();
-        let _w = self.writer.lock();
-        let r = self.write_all(&slices, deadline, drain);
+        let meta = msg.encode_meta();
+        let part = |i: usize| -> &[u8] {
+            match replace {
+                Some((p, src)) if p == i => src,
+                _ => &msg.data[i],
+            }
+        };
+        let n = 1 + msg.data.len();
+        let mut head = Vec::with_capacity(4 + 8 * n + meta.len());
+        head.extend_from_slice(&(n as u32).to_le_bytes());
+        head.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+        for i in 0..msg.data.len() {
+            head.extend_from_slice(&(part(i).len() as u64).to_le_bytes());
+        }
+        head.extend_from_slice(&meta);
+        // small parts ride with the head; from the first large one on,
+        // each part is its own piece
+        let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(n);
+        let mut i = 0;
+        while i < msg.data.len() && part(i).len() < DIRECT {
+            head.extend_from_slice(part(i));
+            i += 1;
+        }
+        let total = head.len() + (i..msg.data.len()).map(|j| part(j).len()).sum::<usize>();
+        pieces.push(Piece::Owned(Bytes::from(head)));
+        for j in i..msg.data.len() {
+            pieces.push(match replace {
+                Some((p, src)) if p == j => Piece::Borrowed(src),
+                _ => Piece::Owned(msg.data[j].clone()),
+            });
+        }
+        let mut out = self.writer.lock();
+        let r = self.write_pieces(&mut out, pieces, deadline, drain);
         if let Err(e) = &r {
             self.close();
             return Err(e.clone());
@@ -417,50 +489,145 @@ impl Lane {
         Ok(total)
     }
 
-    fn write_all(&self, slices: &[&[u8]], deadline: Instant, drain: &dyn Fn()) -> Result<()> {
-        // (slice index, offset in it) of the next byte to write
-        let (mut i, mut off) = (0usize, 0usize);
-        while i < slices.len() {
-            let io: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&slices[i][off..]))
-                .chain(slices[i + 1..].iter().map(|s| IoSlice::new(s)))
-                .take(64)
-                .collect();
-            match (&self.stream).write_vectored(&io) {
-                Ok(0) => return Err(Error::peer_lost("its lane (direct connection) closed")),
-                Ok(mut k) => {
-                    while k > 0 {
-                        let left = slices[i].len() - off;
-                        if k >= left {
-                            k -= left;
-                            i += 1;
-                            off = 0;
-                        } else {
-                            off += k;
-                            k = 0;
+    fn write_pieces(
+        &self,
+        out: &mut Out,
+        pieces: Vec<Piece<'_>>,
+        deadline: Instant,
+        drain: &dyn Fn(),
+    ) -> Result<()> {
+        if self.queue {
+            self.flush_locked(out)?;
+            if !out.pending.is_empty() {
+                for p in pieces {
+                    out.bytes += p.bytes().len();
+                    out.pending.push_back(p.into_owned(0));
+                }
+                return self.wait_queue_below(out, MAX_QUEUED, deadline);
+            }
+        }
+        let mut pieces = pieces.into_iter();
+        while let Some(p) = pieces.next() {
+            let mut off = 0;
+            while off < p.bytes().len() {
+                match (&self.stream).write(&p.bytes()[off..]) {
+                    Ok(0) => return Err(Error::peer_lost("its lane (direct connection) closed")),
+                    Ok(k) => off += k,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        if self.queue {
+                            out.bytes += p.bytes().len() - off;
+                            out.pending.push_back(p.into_owned(off));
+                            for q in pieces {
+                                out.bytes += q.bytes().len();
+                                out.pending.push_back(q.into_owned(0));
+                            }
+                            out.stalled_since = Some(Instant::now());
+                            self.has_pending.store(true, Ordering::Release);
+                            return self.wait_queue_below(out, MAX_QUEUED, deadline);
                         }
+                        drain();
+                        self.wait_writable(deadline)?;
                     }
+                    Err(e) => return Err(Error::peer_lost(format!("its lane: {e}"))),
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(Error::timeout(format!(
-                            "its lane (direct connection) took no data for {:?}",
-                            deadline.saturating_duration_since(now)
-                        )));
-                    }
-                    drain();
-                    let ms = (deadline - now).as_millis().min(POLL_SLICE_MS as u128) as i64;
-                    let mut items = [zmq::PollItem::from_fd(
-                        self.stream.as_raw_fd(),
-                        zmq::POLLOUT,
-                    )];
-                    let _ = zmq::poll(&mut items, ms.max(1));
-                }
-                Err(e) => return Err(Error::peer_lost(format!("its lane: {e}"))),
             }
         }
         Ok(())
+    }
+
+    /// Waits (for room, writing) until at most `max` bytes are queued.
+    fn wait_queue_below(&self, out: &mut Out, max: usize, deadline: Instant) -> Result<()> {
+        while out.bytes > max {
+            self.wait_writable(deadline)?;
+            self.flush_locked(out)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the socket takes data, at most one poll slice, or fails
+    /// once `deadline` passed.
+    fn wait_writable(&self, deadline: Instant) -> Result<()> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::timeout(format!(
+                "{} took no data from its lane (direct connection) before the deadline",
+                super::postoffice::peer_name(self.peer)
+            )));
+        }
+        let ms = (deadline - now).as_millis().min(POLL_SLICE_MS as u128) as i64;
+        let mut items = [zmq::PollItem::from_fd(
+            self.stream.as_raw_fd(),
+            zmq::POLLOUT,
+        )];
+        let _ = zmq::poll(&mut items, ms.max(1));
+        Ok(())
+    }
+
+    /// Writes what is queued, as far as the socket takes it now.
+    fn flush_locked(&self, out: &mut Out) -> Result<()> {
+        while let Some(front) = out.pending.front() {
+            match (&self.stream).write(&front[out.front_written..]) {
+                Ok(0) => return Err(Error::peer_lost("its lane (direct connection) closed")),
+                Ok(k) => {
+                    out.front_written += k;
+                    out.bytes -= k;
+                    out.stalled_since = Some(Instant::now());
+                    if out.front_written == front.len() {
+                        out.pending.pop_front();
+                        out.front_written = 0;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(Error::peer_lost(format!("its lane: {e}"))),
+            }
+        }
+        out.stalled_since = None;
+        self.has_pending.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether bytes are queued (a server's lane).
+    pub fn has_pending(&self) -> bool {
+        self.has_pending.load(Ordering::Acquire)
+    }
+
+    /// Writes what is queued as far as the socket takes it (the server's
+    /// lane thread, when the socket has room). The lane breaks when the
+    /// socket took nothing for `stall` (the peer stopped reading) or on an
+    /// I/O error; the error is returned once.
+    pub fn flush(&self, stall: Duration) -> Option<Error> {
+        if !self.has_pending() || self.is_broken() {
+            return None;
+        }
+        let mut out = self.writer.try_lock()?;
+        let r = self
+            .flush_locked(&mut out)
+            .and_then(|_| match out.stalled_since {
+                Some(t) if t.elapsed() >= stall => Err(Error::timeout(format!(
+                    "{} took no data from its lane (direct connection) for {stall:?}",
+                    super::postoffice::peer_name(self.peer)
+                ))),
+                _ => Ok(()),
+            });
+        drop(out);
+        match r {
+            Ok(()) => None,
+            Err(e) => self.close().then_some(e),
+        }
+    }
+
+    /// Waits until the lane has something to read, or (with bytes queued)
+    /// room to write, at most `ms` milliseconds.
+    pub fn wait_ready(&self, ms: i64) {
+        let events = if self.has_pending() {
+            zmq::POLLIN | zmq::POLLOUT
+        } else {
+            zmq::POLLIN
+        };
+        let mut items = [zmq::PollItem::from_fd(self.stream.as_raw_fd(), events)];
+        let _ = zmq::poll(&mut items, ms);
     }
 }
 
@@ -476,13 +643,18 @@ mod tests {
     use std::net::TcpListener;
 
     fn pair() -> (Lane, Lane) {
+        pair_queued(false)
+    }
+
+    /// (a worker's end, the other end; `queue`: the other is a server's)
+    fn pair_queued(queue: bool) -> (Lane, Lane) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         for s in [&a, &b] {
             s.set_nonblocking(true).unwrap();
         }
-        (Lane::new(8, a), Lane::new(9, b))
+        (Lane::new(8, a, false), Lane::new(9, b, queue))
     }
 
     fn msg(parts: Vec<Vec<u8>>) -> Message {
@@ -502,7 +674,7 @@ mod tests {
                 "got {} of {n}",
                 got.len()
             );
-            l.wait_readable(50);
+            l.wait_ready(50);
             if let Pumped::Broken(e) = l.pump(&mut |m| got.push(m)) {
                 panic!("broken: {e}");
             }
@@ -555,7 +727,7 @@ mod tests {
         drop(a);
         let t0 = Instant::now();
         loop {
-            b.wait_readable(50);
+            b.wait_ready(50);
             match b.pump(&mut |_| panic!("no message")) {
                 Pumped::Broken(e) => {
                     assert!(e.message().contains("closed"), "{e}");
@@ -583,7 +755,7 @@ mod tests {
             (&a.stream).write_all(&bad).unwrap();
             let t0 = Instant::now();
             loop {
-                b.wait_readable(50);
+                b.wait_ready(50);
                 match b.pump(&mut |_| panic!("no message")) {
                     Pumped::Broken(e) => {
                         assert!(e.message().contains("lane message"), "{e}");
@@ -611,6 +783,53 @@ mod tests {
         assert!(e.message().contains("took no data"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(20));
         assert!(a.is_broken());
+    }
+
+    /// A server's lane queues what the worker does not read yet (as libzmq
+    /// queues), in order, and it arrives whole once the worker reads.
+    #[test]
+    fn a_server_lane_queues_what_is_not_read_yet() {
+        let (a, b) = pair_queued(true);
+        let far = Instant::now() + Duration::from_secs(30);
+        let big: Vec<u8> = (0..64u32 << 20).map(|i| (i % 253) as u8).collect();
+        let t0 = Instant::now();
+        b.send(&msg(vec![big.clone()]), None, far, &|| {}).unwrap();
+        b.send(&msg(vec![vec![1, 2]]), Some((0, &[3, 4, 5])), far, &|| {})
+            .unwrap();
+        assert!(b.has_pending(), "64 MB fit in the socket");
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            assert!(t0.elapsed() < Duration::from_secs(30));
+            assert!(b.flush(Duration::from_secs(30)).is_none());
+            a.wait_ready(10);
+            if let Pumped::Broken(e) = a.pump(&mut |m| got.push(m)) {
+                panic!("broken: {e}");
+            }
+        }
+        assert_eq!(got[0][1].as_ref(), big.as_slice());
+        assert_eq!(got[1][1].as_ref(), &[3, 4, 5]);
+        assert!(!b.has_pending());
+    }
+
+    /// A queue the worker takes nothing of for the stall time breaks the lane.
+    #[test]
+    fn a_server_lane_breaks_when_its_queue_stalls() {
+        let (_a, b) = pair_queued(true);
+        let big = vec![0u8; 64 << 20];
+        b.send(
+            &msg(vec![big]),
+            None,
+            Instant::now() + Duration::from_secs(30),
+            &|| {},
+        )
+        .unwrap();
+        assert!(b.has_pending());
+        assert!(b.flush(Duration::from_secs(30)).is_none());
+        let e = b.flush(Duration::ZERO).expect("stalled");
+        assert!(e.message().contains("took no data"), "{e}");
+        assert!(b.is_broken());
+        assert!(b.flush(Duration::ZERO).is_none(), "reported once");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 use super::lane::{self, Lane, Pumped, HELLO_LEN};
-use super::message::{Bytes, Command, Message, Role};
+use super::message::{Bytes, Command, Message, Node, Role};
 use super::postoffice::{peer_name, Postoffice};
 use super::spin::watcher;
 use super::van::TICK;
@@ -27,9 +27,9 @@ const HANDSHAKE: Duration = Duration::from_secs(10);
 pub(crate) struct Lanes {
     enabled: bool,
     map: RwLock<HashMap<i32, Arc<Lane>>>,
-    /// Peers whose lane broke (their van connection coming back does not
-    /// mend it).
-    broken: Mutex<Vec<i32>>,
+    /// Peers whose lane broke, and why (their van connection coming back
+    /// does not mend it).
+    broken: Mutex<Vec<(i32, Error)>>,
     listener: Mutex<Option<TcpListener>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Worker: the threads that read lanes while nobody waits.
@@ -83,7 +83,16 @@ impl Lanes {
     }
 
     pub(crate) fn is_broken(&self, peer: i32) -> bool {
-        self.broken.lock().contains(&peer)
+        self.broken.lock().iter().any(|(p, _)| *p == peer)
+    }
+
+    /// Why the lane to `peer` broke, if it did.
+    pub(crate) fn broken_because(&self, peer: i32) -> Option<Error> {
+        self.broken
+            .lock()
+            .iter()
+            .find(|(p, _)| *p == peer)
+            .map(|(_, e)| e.clone())
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -93,7 +102,17 @@ impl Lanes {
     fn spawn(&self, name: String, f: impl FnOnce() + Send + 'static) -> Option<Thread> {
         let h = std::thread::Builder::new().name(name).spawn(f).ok()?;
         let t = h.thread().clone();
-        self.threads.lock().push(h);
+        let mut threads = self.threads.lock();
+        // threads that ended (strangers' connections) are joined as we go
+        let (done, live): (Vec<_>, Vec<_>) = std::mem::take(&mut *threads)
+            .into_iter()
+            .partition(|h| h.is_finished());
+        *threads = live;
+        threads.push(h);
+        drop(threads);
+        for h in done {
+            let _ = h.join();
+        }
         Some(t)
     }
 
@@ -142,32 +161,49 @@ impl Postoffice {
         let servers: Vec<_> = self
             .nodes()
             .into_iter()
-            .filter(|n| n.role == Role::Server)
+            .filter(|n| n.role == Role::Server && n.lane_port.is_some())
             .collect();
-        for n in servers {
-            let Some(port) = n.lane_port else { continue };
-            let addr = format!("{}:{port}", n.hostname);
-            let within = self.config.timeout.min(HANDSHAKE);
-            match lane::connect(&addr, me, n.id, within) {
-                Ok(s) => {
-                    let l = Arc::new(Lane::new(n.id, s));
-                    self.lanes.map.write().insert(n.id, l.clone());
-                    let weak = Arc::downgrade(self);
-                    if let Some(t) = self
-                        .lanes
-                        .spawn(format!("mxkv-lane-{}", n.id), move || read_loop(weak, l))
-                    {
-                        self.lanes.readers.lock().push(t);
-                    }
-                    if self.config.verbose >= 1 {
-                        eprintln!("[mxkv worker] lane to {} at {addr}", peer_name(n.id));
-                    }
-                }
-                Err(e) => eprintln!(
-                    "[mxkv worker] no lane to {} ({e}); its messages go through the van",
-                    peer_name(n.id)
-                ),
+        let within = self.config.timeout.min(HANDSHAKE);
+        // all at once: a server whose lane port cannot be reached costs one
+        // wait, not one per server
+        std::thread::scope(|scope| {
+            for n in &servers {
+                scope.spawn(move || self.connect_lane(me, n, within));
             }
+        });
+    }
+
+    fn connect_lane(self: &Arc<Self>, me: i32, n: &Node, within: Duration) {
+        let Some(port) = n.lane_port else { return };
+        let addr = format!("{}:{port}", n.hostname);
+        // the reading thread first: without it there is no lane
+        let (tx, rx) = std::sync::mpsc::channel::<Arc<Lane>>();
+        let weak = Arc::downgrade(self);
+        let Some(reader) = self.lanes.spawn(format!("mxkv-lane-{}", n.id), move || {
+            if let Ok(l) = rx.recv() {
+                read_loop(weak, l)
+            }
+        }) else {
+            eprintln!(
+                "[mxkv worker] no lane to {} (no thread for it); its messages go through the van",
+                peer_name(n.id)
+            );
+            return;
+        };
+        match lane::connect(&addr, me, n.id, within) {
+            Ok(s) => {
+                let l = Arc::new(Lane::new(n.id, s, false));
+                self.lanes.map.write().insert(n.id, l.clone());
+                self.lanes.readers.lock().push(reader);
+                let _ = tx.send(l);
+                if self.config.verbose >= 1 {
+                    eprintln!("[mxkv worker] lane to {} at {addr}", peer_name(n.id));
+                }
+            }
+            Err(e) => eprintln!(
+                "[mxkv worker] no lane to {} ({e}); its messages go through the van",
+                peer_name(n.id)
+            ),
         }
     }
 
@@ -235,6 +271,9 @@ impl Postoffice {
         msg: &Message,
         replace: Option<(usize, &[u8])>,
     ) -> Option<Result<usize>> {
+        if msg.cmd() != Command::Empty {
+            return None;
+        }
         let l = self.lanes.get(msg.recver)?;
         let deadline = Instant::now() + self.config.timeout;
         let worker = self.role() == Role::Worker;
@@ -244,7 +283,9 @@ impl Postoffice {
             }
         });
         if let Err(e) = &r {
-            self.lane_broken(l.peer(), e);
+            if l.is_broken() {
+                self.lane_broken(l.peer(), e);
+            }
         }
         Some(r)
     }
@@ -274,8 +315,8 @@ impl Postoffice {
     fn lane_broken(&self, peer: i32, e: &Error) {
         {
             let mut b = self.lanes.broken.lock();
-            if !b.contains(&peer) {
-                b.push(peer);
+            if !b.iter().any(|(p, _)| *p == peer) {
+                b.push((peer, e.clone()));
             }
         }
         let mut st = self.state.lock();
@@ -308,7 +349,7 @@ fn read_loop(weak: Weak<Postoffice>, l: Arc<Lane>) {
             continue;
         }
         drop(po);
-        l.wait_readable(tick_ms);
+        l.wait_ready(tick_ms);
         let Some(po) = weak.upgrade() else { return };
         po.pump_lane(&l);
     }
@@ -325,7 +366,7 @@ fn accept_loop(weak: Weak<Postoffice>) {
             let g = po.lanes.listener.lock();
             let Some(l) = g.as_ref() else { return };
             match l.accept() {
-                Ok((s, _)) => Some(s),
+                Ok((s, from)) => Some((s, from)),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     let fd = l.as_raw_fd();
                     drop(g);
@@ -334,22 +375,31 @@ fn accept_loop(weak: Weak<Postoffice>) {
                     let _ = zmq::poll(&mut items, tick_ms);
                     None
                 }
-                Err(_) => None,
+                Err(e) => {
+                    // (out of file descriptors, say: the listener stays
+                    // readable) a back-off, not a synchronisation
+                    drop(g);
+                    po.van
+                        .log_drop(&format!("a lane connection: accept failed: {e}"));
+                    drop(po);
+                    std::thread::sleep(TICK);
+                    None
+                }
             }
         };
-        let Some(s) = accepted else { continue };
+        let Some((s, from)) = accepted else { continue };
         let Some(po) = weak.upgrade() else { return };
         if po.lanes.conns.fetch_add(1, Ordering::AcqRel) >= po.lanes.max_conns {
             po.lanes.conns.fetch_sub(1, Ordering::AcqRel);
             po.van.drop_message(&format!(
-                "a lane connection beyond the {} this server takes",
+                "a lane connection from {from} beyond the {} this server takes",
                 po.lanes.max_conns
             ));
             continue;
         }
         let w = weak.clone();
         let spawned = po.lanes.spawn("mxkv-lane-serve".into(), move || {
-            serve_lane(&w, s);
+            serve_lane(&w, s, from);
             if let Some(po) = w.upgrade() {
                 po.lanes.conns.fetch_sub(1, Ordering::AcqRel);
             }
@@ -360,22 +410,17 @@ fn accept_loop(weak: Weak<Postoffice>) {
     }
 }
 
-/// The handshake of an accepted connection: the worker it comes from.
-fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
-    let io = |e: std::io::Error| Error::protocol(format!("lane handshake: {e}"));
-    s.set_nodelay(true).map_err(io)?;
-    s.set_write_timeout(Some(HANDSHAKE)).map_err(io)?;
-    // read in short slices, so that a connection that sends nothing does
-    // not hold up the node's stop
-    s.set_read_timeout(Some(TICK)).map_err(io)?;
-    let deadline = Instant::now() + HANDSHAKE;
-    let mut h = [0u8; HELLO_LEN];
+/// Reads `buf.len()` bytes of a handshake before `deadline`, in short
+/// slices (a connection that sends nothing does not hold up the node's
+/// stop).
+fn read_handshake(po: &Postoffice, s: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<()> {
     let mut got = 0;
-    while got < HELLO_LEN {
-        match (&mut &*s).read(&mut h[got..]) {
+    while got < buf.len() {
+        match (&mut &*s).read(&mut buf[got..]) {
             Ok(0) => {
                 return Err(Error::protocol(format!(
-                    "lane handshake: the connection closed after {got} bytes"
+                    "lane handshake: the connection closed after {got} of {} bytes",
+                    buf.len()
                 )))
             }
             Ok(k) => got += k,
@@ -386,17 +431,32 @@ fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
                         | std::io::ErrorKind::TimedOut
                         | std::io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => return Err(io(e)),
+            Err(e) => return Err(Error::protocol(format!("lane handshake: {e}"))),
         }
         if po.lanes.stop.load(Ordering::Acquire) {
             return Err(Error::protocol("lane handshake: the node stopped"));
         }
-        if Instant::now() >= deadline {
+        if got < buf.len() && Instant::now() >= deadline {
             return Err(Error::protocol(format!(
-                "lane handshake: {got} of {HELLO_LEN} bytes in {HANDSHAKE:?}"
+                "lane handshake: {got} of {} bytes in {HANDSHAKE:?}",
+                buf.len()
             )));
         }
     }
+    Ok(())
+}
+
+/// The handshake of an accepted connection (hello, answer, confirmation):
+/// the worker it comes from. Nothing is registered before the worker
+/// confirmed, so a worker that gave up leaves no lane behind.
+fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
+    let io = |e: std::io::Error| Error::protocol(format!("lane handshake: {e}"));
+    s.set_nodelay(true).map_err(io)?;
+    s.set_write_timeout(Some(HANDSHAKE)).map_err(io)?;
+    s.set_read_timeout(Some(TICK)).map_err(io)?;
+    let deadline = Instant::now() + HANDSHAKE;
+    let mut h = [0u8; HELLO_LEN];
+    read_handshake(po, s, &mut h, deadline)?;
     let (worker, server) = lane::parse_hello(&h)?;
     // (the worker learnt of this lane from the scheduler's answer, which
     // this node may not have taken in yet)
@@ -421,49 +481,65 @@ fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
         .nodes()
         .iter()
         .any(|n| n.role == Role::Worker && n.id == worker);
-    if !known || po.check_peer(worker).is_err() || po.lanes.broken.lock().contains(&worker) {
+    if !known || po.check_peer(worker).is_err() || po.lanes.is_broken(worker) {
         return Err(Error::protocol(format!(
             "a lane from node {worker}, which is not a worker of this cluster in service"
+        )));
+    }
+    if po.lanes.get(worker).is_some() {
+        return Err(Error::protocol(format!(
+            "a second lane from {}",
+            peer_name(worker)
+        )));
+    }
+    (&mut &*s).write_all(&lane::welcome(me)).map_err(io)?;
+    let mut c = [0u8; 4];
+    read_handshake(po, s, &mut c, deadline)?;
+    if &c != lane::CONFIRM {
+        return Err(Error::protocol(format!(
+            "lane handshake: {c:02x?} where the confirmation belongs"
         )));
     }
     Ok(worker)
 }
 
-fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream) {
+fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream, from: std::net::SocketAddr) {
     let Some(po) = weak.upgrade() else { return };
     let worker = match handshake(&po, &s) {
         Ok(w) => w,
         Err(e) => {
-            po.van.drop_message(&format!("a lane connection: {e}"));
+            po.van
+                .drop_message(&format!("a lane connection from {from}: {e}"));
             return;
         }
     };
+    if s.set_nonblocking(true).is_err() {
+        return;
+    }
     let l = {
         let mut map = po.lanes.map.write();
         if map.contains_key(&worker) {
             drop(map);
-            po.van
-                .drop_message(&format!("a second lane from {}", peer_name(worker)));
+            po.van.drop_message(&format!(
+                "a lane connection from {from}: a second lane from {}",
+                peer_name(worker)
+            ));
             return;
         }
-        let Ok(clone) = s.try_clone() else { return };
-        let l = Arc::new(Lane::new(worker, clone));
+        let l = Arc::new(Lane::new(worker, s, true));
         map.insert(worker, l.clone());
         l
     };
-    // registered before the answer: the worker's first request may follow
-    // at once, and its answer takes the lane
-    if (&s).write_all(&lane::welcome(po.my_id())).is_err() || s.set_nonblocking(true).is_err() {
-        l.close();
-        po.lane_broken(worker, &Error::peer_lost("lane handshake failed"));
-        return;
-    }
-    drop(s);
     let tick_ms = TICK.as_millis() as i64;
+    let stall = po.config.timeout;
     drop(po);
     loop {
         let Some(po) = weak.upgrade() else { return };
         if po.lanes.stop.load(Ordering::Acquire) || l.is_broken() {
+            return;
+        }
+        if let Some(e) = l.flush(stall) {
+            po.lane_broken(worker, &e);
             return;
         }
         if po.pump_lane(&l) {
@@ -473,7 +549,7 @@ fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream) {
         let got = watcher().watch(|| po.pump_lane(&l) || l.is_broken());
         if !got {
             drop(po);
-            l.wait_readable(tick_ms);
+            l.wait_ready(tick_ms);
         }
     }
 }
@@ -564,6 +640,31 @@ mod tests {
             });
             assert_eq!(got, vec![7.5; 4]);
         }
+    }
+
+    /// A worker that gives up before it confirmed the handshake (here: a
+    /// client that reads the answer and leaves) leaves no lane on the
+    /// server and is not suspected: the worker's messages and their answers
+    /// go through the van.
+    #[test]
+    fn a_handshake_never_confirmed_leaves_no_lane() {
+        let got = cluster(true, false, |server, worker| {
+            let port = server.my_node.lock().lane_port.unwrap();
+            let before = server.dropped_messages();
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(&lane::hello(worker.my_id(), server.my_id()))
+                .unwrap();
+            let mut w = [0u8; lane::WELCOME_LEN];
+            s.read_exact(&mut w).unwrap();
+            assert_eq!(w.to_vec(), lane::welcome(server.my_id()));
+            drop(s);
+            until("the drop was counted", || {
+                server.dropped_messages() > before
+            });
+            assert_eq!(server.lanes.count(), 0);
+            assert!(!server.lanes.is_broken(worker.my_id()));
+        });
+        assert_eq!(got, vec![7.5; 4]);
     }
 
     /// Strangers on a server's lane port (bytes that are no handshake, a

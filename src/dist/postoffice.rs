@@ -465,16 +465,18 @@ impl Postoffice {
         // Under the state lock, as `deliver` looks a customer up and parks
         // under it: else a message could be parked just after the last
         // batch was taken, and wait for ever.
+        // Draining from the same moment on: a message arriving between the
+        // two would otherwise reach the customer before the held ones.
         {
-            let _st = self.state.lock();
+            let mut st = self.state.lock();
             self.customers
                 .lock()
                 .insert((app_id, customer_id), c.clone());
+            st.draining.insert(key);
         }
         loop {
             let batch = {
                 let mut st = self.state.lock();
-                st.draining.insert(key);
                 match st.parked.remove(&key) {
                     Some(batch) => {
                         st.parked_count -= batch.len();
@@ -1133,8 +1135,12 @@ impl Postoffice {
                 .collect();
             for id in expired {
                 st.suspects.remove(&id);
+                let why = match self.lanes.broken_because(id) {
+                    Some(e) => e.message().to_string(),
+                    None => "its connection closed".to_string(),
+                };
                 let e = Error::peer_lost(format!(
-                    "{} rank {} lost {}: its connection closed",
+                    "{} rank {} lost {}: {why}",
                     self.role(),
                     self.my_rank(),
                     peer_name(id)

@@ -399,11 +399,15 @@ def test_a_worker_killed_mid_round(cluster):
         assert re.search(lost, error_line(c[label])), out
 
 
-def test_a_server_killed(cluster):
+@pytest.mark.parametrize('sigpipe', ['ignored', 'default'])
+def test_a_server_killed(cluster, sigpipe):
     """server 0 is SIGKILLed between rounds (after round 2). Both workers' next pull fails
     naming server 0; the scheduler fails naming it; server 1 hears of it from the scheduler,
-    and ends when the workers have gone"""
-    c = cluster(2, 2, env={'T_ROUNDS': '1000'})
+    and ends when the workers have gone. With SIGPIPE at its default action in the workers
+    (as in a C program) the same: writing to the dead server's lane gives an error, never
+    the signal"""
+    c = cluster(2, 2, env={'T_ROUNDS': '1000',
+                           'T_SIGPIPE_DEFAULT': '1' if sigpipe == 'default' else '0'})
     c.start_all()
     c['worker 1'].wait_line(r'^rank 1 round 2 done$')
     lost = kill_and_scheduler_reports(c, 'server 0', r'server 0 \(id 8\)')
@@ -412,6 +416,25 @@ def test_a_server_killed(cluster):
     out = failed_with(c['server 1'], 'every worker is gone, nobody is left to serve: ')
     assert re.search(r'server rank 1: the scheduler reports: scheduler rank 0 lost %s' % lost,
                      out), out
+
+
+def test_a_server_killed_while_a_push_is_writing_to_it(cluster):
+    """1 + 1: the server is stopped (SIGSTOP), the worker starts a 64 MB push (its socket
+    fills), and the server is killed (SIGKILL) while the push is still writing. The worker,
+    which takes SIGPIPE's default action as a C program does, must not die of the write to
+    the closed connection: the push fails, the pull fails naming server 0, close fails,
+    exit 1"""
+    c = cluster(1, 1, env={'T_PUSH_TO_A_STOPPED_SERVER': '1', 'T_SIGPIPE_DEFAULT': '1'})
+    c.start_all(stdin=True)
+    w = c['worker 0']
+    w.wait_line(r'^rank 0 give me the server$')
+    w.send('%d\n' % c['server 0'].pgid)
+    code = w.wait_exit()
+    out = w.output()
+    assert code != 128 + signal.SIGPIPE and code != -signal.SIGPIPE, \
+        'the worker died of SIGPIPE:\n' + out
+    assert code == 1, out
+    assert re.search(r'^rank 0 round failed: .*server 0 \(id 8\)', out, re.M), out
 
 
 def test_unequal_step_counts(cluster):

@@ -8,9 +8,12 @@ stdin after round T (the test's go-ahead) before going on. A failed round prints
 round failed: <error>`` (on one line, on stdout: the library logs on stderr). Then the worker closes the store (barrier, shutdown) and prints
 ``rank R closed``, or ``rank R close failed: <error>`` and exits 1 (2 when only a round
 failed). With T_NO_CLOSE=1 a worker whose rounds passed prints ``rank R ends without close``
-and exits 0, leaving the store to be closed at exit.
+and exits 0, leaving the store to be closed at exit. With T_SIGPIPE_DEFAULT=1 the process
+takes SIGPIPE's default action (death), as a C program does (Python ignores it): the
+library must never raise it.
 """
 import os
+import signal
 import sys
 
 import mxkv as mx
@@ -25,6 +28,8 @@ def one_line(err):
     return ' '.join(str(err).split())
 
 
+if os.environ.get('T_SIGPIPE_DEFAULT') == '1':
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 kv = mx.kv.create(os.environ.get('T_KVTYPE', 'dist_sync'))
 r, n = kv.rank, kv.num_workers
 say('rank %d of %d started pid %d' % (r, n, os.getpid()))
@@ -35,6 +40,55 @@ shape, big = (4, 3), (bound // 10 + 7, 10)
 kv.init(3, mx.nd.zeros(shape))
 kv.init(99, mx.nd.zeros(big))
 failed = False
+
+
+def stalled_send():
+    """Whether a TCP connection of this machine has over 1 MiB queued to send."""
+    for name in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            with open(name) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            if int(row.split()[4].split(':')[0], 16) > 1 << 20:
+                return True
+    return False
+
+
+if os.environ.get('T_PUSH_TO_A_STOPPED_SERVER') == '1':
+    # a 64 MB push to a server that stopped reading (SIGSTOP), then killed (SIGKILL) while
+    # the push is still writing: the write fails (EPIPE), the push and the next pull fail
+    # naming the server
+    import threading
+    import time
+    big5 = (16 << 20,)
+    kv.init(5, mx.nd.zeros(big5))
+    say('rank %d give me the server' % r)
+    pgid = int(sys.stdin.readline())
+    os.killpg(pgid, signal.SIGSTOP)
+    errors = []
+
+    def push():
+        try:
+            kv.push(5, mx.nd.ones(big5))
+        except mx.base.MXNetError as e:
+            errors.append(e)
+    pusher = threading.Thread(target=push)
+    pusher.start()
+    deadline = time.monotonic() + 60
+    while not stalled_send():
+        assert time.monotonic() < deadline, 'the push never filled its socket'
+        time.sleep(0.01)   # polling /proc, not a synchronisation
+    os.killpg(pgid, signal.SIGKILL)
+    pusher.join()
+    try:
+        kv.pull(5, out=mx.nd.zeros(big5))
+        say('rank %d pull after the kill passed' % r)
+    except mx.base.MXNetError as e:
+        say('rank %d round failed: %s' % (r, one_line(errors[0] if errors else e)))
+        failed = True
+    rounds = 0
 try:
     for t in range(rounds):
         kv.push(3, mx.nd.ones(shape) * (r + 1) * (t + 1))
