@@ -38,6 +38,7 @@ use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,9 @@ const STAGE: usize = 64 * 1024;
 const DIRECT: usize = 16 * 1024;
 /// Most bytes reserved ahead for a part (it grows as it arrives).
 const RESERVE_MAX: u64 = 128 << 20;
+/// How long a server's lane writes on, without the socket taking any data,
+/// before it queues the rest of a message.
+const QUEUE_AFTER: Duration = Duration::from_millis(50);
 /// Most bytes a server's lane queues for a worker that does not read
 /// (beyond it a write waits for room, until its deadline).
 pub const MAX_QUEUED: usize = 1 << 30;
@@ -273,6 +277,10 @@ pub struct Lane {
     queue: bool,
     writer: Mutex<Out>,
     has_pending: AtomicBool,
+    /// A server's lane: (sending end, receiving end) of a socket pair that
+    /// wakes the lane's thread when another thread queued bytes (it may be
+    /// waiting to read only).
+    wake: Option<(UnixStream, UnixStream)>,
     reader: Mutex<Reader>,
     broken: AtomicBool,
 }
@@ -310,6 +318,14 @@ impl Lane {
             queue,
             writer: Mutex::new(Out::default()),
             has_pending: AtomicBool::new(false),
+            wake: queue
+                .then(|| {
+                    let (tx, rx) = UnixStream::pair().ok()?;
+                    tx.set_nonblocking(true).ok()?;
+                    rx.set_nonblocking(true).ok()?;
+                    Some((tx, rx))
+                })
+                .flatten(),
             reader: Mutex::new(Reader {
                 buf: vec![0; STAGE],
                 start: 0,
@@ -507,14 +523,25 @@ impl Lane {
             }
         }
         let mut pieces = pieces.into_iter();
+        // when the socket last took data
+        let mut progress = Instant::now();
         while let Some(p) = pieces.next() {
             let mut off = 0;
             while off < p.bytes().len() {
                 match (&self.stream).write(&p.bytes()[off..]) {
                     Ok(0) => return Err(Error::peer_lost("its lane (direct connection) closed")),
-                    Ok(k) => off += k,
+                    Ok(k) => {
+                        off += k;
+                        progress = Instant::now();
+                    }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        // a server writes on while the worker reads, and
+                        // queues the rest once it took nothing for a while
+                        if self.queue && progress.elapsed() < QUEUE_AFTER {
+                            self.poll_writable(progress + QUEUE_AFTER);
+                            continue;
+                        }
                         if self.queue {
                             out.bytes += p.bytes().len() - off;
                             out.pending.push_back(p.into_owned(off));
@@ -524,6 +551,10 @@ impl Lane {
                             }
                             out.stalled_since = Some(Instant::now());
                             self.has_pending.store(true, Ordering::Release);
+                            if let Some((tx, _)) = &self.wake {
+                                // full: a wake-up is pending already
+                                let _ = (&*tx).write(&[1]);
+                            }
                             return self.wait_queue_below(out, MAX_QUEUED, deadline);
                         }
                         drain();
@@ -555,13 +586,20 @@ impl Lane {
                 super::postoffice::peer_name(self.peer)
             )));
         }
-        let ms = (deadline - now).as_millis().min(POLL_SLICE_MS as u128) as i64;
+        self.poll_writable(deadline);
+        Ok(())
+    }
+
+    /// Waits until the socket takes data, at most until `until` and at
+    /// most one poll slice.
+    fn poll_writable(&self, until: Instant) {
+        let left = until.saturating_duration_since(Instant::now());
+        let ms = left.as_millis().min(POLL_SLICE_MS as u128) as i64;
         let mut items = [zmq::PollItem::from_fd(
             self.stream.as_raw_fd(),
             zmq::POLLOUT,
         )];
         let _ = zmq::poll(&mut items, ms.max(1));
-        Ok(())
     }
 
     /// Writes what is queued, as far as the socket takes it now.
@@ -626,8 +664,15 @@ impl Lane {
         } else {
             zmq::POLLIN
         };
-        let mut items = [zmq::PollItem::from_fd(self.stream.as_raw_fd(), events)];
+        let mut items = vec![zmq::PollItem::from_fd(self.stream.as_raw_fd(), events)];
+        if let Some((_, rx)) = &self.wake {
+            items.push(zmq::PollItem::from_fd(rx.as_raw_fd(), zmq::POLLIN));
+        }
         let _ = zmq::poll(&mut items, ms);
+        if let Some((_, rx)) = &self.wake {
+            let mut sink = [0u8; 64];
+            while matches!((&*rx).read(&mut sink), Ok(k) if k > 0) {}
+        }
     }
 }
 

@@ -546,8 +546,8 @@ fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream, from: std::net::SocketAddr)
             continue;
         }
         // the next request usually follows at once: watch for it a while
-        let got = watcher().watch(|| po.pump_lane(&l) || l.is_broken());
-        if !got {
+        // (unless bytes wait to be written: then for room or a request)
+        if l.has_pending() || !watcher().watch(|| po.pump_lane(&l) || l.is_broken()) {
             drop(po);
             l.wait_ready(tick_ms);
         }

@@ -515,8 +515,8 @@ def test_garbage_and_half_open_connections_are_dropped_and_the_cluster_goes_on(c
         keep.append(g)
         g.sendall(b'GET / HTTP/1.0\r\n\r\n\xff\x00garbage' + bytes(range(256)) * 4)
         keep.append(socket.create_connection(lane, timeout=WAIT))   # half-open
-        server.wait_line(r'^\[mxkv server\] dropped a lane connection: not an mxkv lane '
-                         r'handshake')
+        server.wait_line(r'^\[mxkv server\] dropped a lane connection from 127\.0\.0\.1:\d+: '
+                         r'not an mxkv lane handshake')
         for r in (0, 1):
             c['worker %d' % r].send('go\n')
         # the half-open connections stay open until every node has exited
