@@ -499,6 +499,9 @@ impl Lane {
         let mut out = self.writer.lock();
         let r = self.write_pieces(&mut out, pieces, deadline, drain);
         if let Err(e) = &r {
+            // nothing queued will go out any more
+            *out = Out::default();
+            self.has_pending.store(false, Ordering::Release);
             self.close();
             return Err(e.clone());
         }
@@ -515,7 +518,7 @@ impl Lane {
         if self.queue {
             self.flush_locked(out)?;
             if !out.pending.is_empty() {
-                for p in pieces {
+                for p in pieces.into_iter().filter(|p| !p.bytes().is_empty()) {
                     out.bytes += p.bytes().len();
                     out.pending.push_back(p.into_owned(0));
                 }
@@ -545,7 +548,7 @@ impl Lane {
                         if self.queue {
                             out.bytes += p.bytes().len() - off;
                             out.pending.push_back(p.into_owned(off));
-                            for q in pieces {
+                            for q in pieces.filter(|q| !q.bytes().is_empty()) {
                                 out.bytes += q.bytes().len();
                                 out.pending.push_back(q.into_owned(0));
                             }
@@ -605,6 +608,11 @@ impl Lane {
     /// Writes what is queued, as far as the socket takes it now.
     fn flush_locked(&self, out: &mut Out) -> Result<()> {
         while let Some(front) = out.pending.front() {
+            if out.front_written == front.len() {
+                out.pending.pop_front();
+                out.front_written = 0;
+                continue;
+            }
             match (&self.stream).write(&front[out.front_written..]) {
                 Ok(0) => return Err(Error::peer_lost("its lane (direct connection) closed")),
                 Ok(k) => {
@@ -649,6 +657,11 @@ impl Lane {
                 ))),
                 _ => Ok(()),
             });
+        if r.is_err() {
+            // nothing queued will go out any more
+            *out = Out::default();
+            self.has_pending.store(false, Ordering::Release);
+        }
         drop(out);
         match r {
             Ok(()) => None,
@@ -855,6 +868,33 @@ mod tests {
         assert_eq!(got[0][1].as_ref(), big.as_slice());
         assert_eq!(got[1][1].as_ref(), &[3, 4, 5]);
         assert!(!b.has_pending());
+    }
+
+    /// Empty parts queued behind a large one go out as empty parts (a
+    /// zero-length write means nothing, not a closed peer).
+    #[test]
+    fn a_server_lane_queues_empty_parts() {
+        let (a, b) = pair_queued(true);
+        let far = Instant::now() + Duration::from_secs(30);
+        let big = vec![7u8; 32 << 20];
+        let m = msg(vec![big.clone(), vec![], vec![1]]);
+        b.send(&m, None, far, &|| {}).unwrap();
+        b.send(&m, None, far, &|| {}).unwrap();
+        assert!(b.has_pending());
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            assert!(t0.elapsed() < Duration::from_secs(30));
+            assert!(b.flush(Duration::from_secs(30)).is_none(), "broken");
+            a.wait_ready(10);
+            if let Pumped::Broken(e) = a.pump(&mut |m| got.push(m)) {
+                panic!("broken: {e}");
+            }
+        }
+        for g in &got {
+            assert_eq!(&g[1..], m.data.as_slice());
+        }
+        assert!(!b.is_broken());
     }
 
     /// A queue the worker takes nothing of for the stall time breaks the lane.

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -34,6 +34,8 @@ pub(crate) struct Lanes {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Worker: the threads that read lanes while nobody waits.
     readers: Mutex<Vec<Thread>>,
+    /// Workers whose lane handshake is under way (a server's): one at a time.
+    handshaking: Mutex<Vec<i32>>,
     /// Lanes being handshaken or served (a server's), at most [`Self::max_conns`].
     conns: AtomicUsize,
     max_conns: usize,
@@ -54,6 +56,7 @@ impl Lanes {
             listener: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
             readers: Mutex::new(Vec::new()),
+            handshaking: Mutex::new(Vec::new()),
             conns: AtomicUsize::new(0),
             max_conns: 2 * num_worker + 8,
             stop: AtomicBool::new(false),
@@ -100,9 +103,14 @@ impl Lanes {
     }
 
     fn spawn(&self, name: String, f: impl FnOnce() + Send + 'static) -> Option<Thread> {
+        let mut threads = self.threads.lock();
+        // (checked under the lock `stop` takes the threads with: a thread
+        // started after would never be joined)
+        if self.stop.load(Ordering::Acquire) {
+            return None;
+        }
         let h = std::thread::Builder::new().name(name).spawn(f).ok()?;
         let t = h.thread().clone();
-        let mut threads = self.threads.lock();
         // threads that ended (strangers' connections) are joined as we go
         let (done, live): (Vec<_>, Vec<_>) = std::mem::take(&mut *threads)
             .into_iter()
@@ -449,7 +457,7 @@ fn read_handshake(po: &Postoffice, s: &TcpStream, buf: &mut [u8], deadline: Inst
 /// The handshake of an accepted connection (hello, answer, confirmation):
 /// the worker it comes from. Nothing is registered before the worker
 /// confirmed, so a worker that gave up leaves no lane behind.
-fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
+fn handshake<'a>(po: &'a Postoffice, s: &TcpStream, from: IpAddr) -> Result<Handshaking<'a>> {
     let io = |e: std::io::Error| Error::protocol(format!("lane handshake: {e}"));
     s.set_nodelay(true).map_err(io)?;
     s.set_write_timeout(Some(HANDSHAKE)).map_err(io)?;
@@ -477,59 +485,91 @@ fn handshake(po: &Postoffice, s: &TcpStream) -> Result<i32> {
             "a lane for node {server} reached node {me}"
         )));
     }
-    let known = po
+    let Some(node) = po
         .nodes()
-        .iter()
-        .any(|n| n.role == Role::Worker && n.id == worker);
-    if !known || po.check_peer(worker).is_err() || po.lanes.is_broken(worker) {
+        .into_iter()
+        .find(|n| n.role == Role::Worker && n.id == worker)
+    else {
         return Err(Error::protocol(format!(
-            "a lane from node {worker}, which is not a worker of this cluster in service"
+            "a lane from node {worker}, which is not a worker of this cluster"
         )));
-    }
-    if po.lanes.get(worker).is_some() {
+    };
+    if po.check_peer(worker).is_err() || po.lanes.is_broken(worker) {
         return Err(Error::protocol(format!(
-            "a second lane from {}",
+            "a lane from {}, which is lost",
             peer_name(worker)
         )));
     }
+    // from where the worker registered (a stranger naming a worker would
+    // take its answers)
+    let at: Vec<IpAddr> = (node.hostname.as_str(), 0)
+        .to_socket_addrs()
+        .map(|a| a.map(|a| a.ip()).collect())
+        .unwrap_or_default();
+    if !at.contains(&from) {
+        return Err(Error::protocol(format!(
+            "a lane naming {}, which registered at {}, not {from}",
+            peer_name(worker),
+            node.hostname
+        )));
+    }
+    // one handshake per worker at a time, and none once it has its lane
+    let reserved = {
+        let mut h = po.lanes.handshaking.lock();
+        if h.contains(&worker) || po.lanes.get(worker).is_some() {
+            return Err(Error::protocol(format!(
+                "a second lane from {}",
+                peer_name(worker)
+            )));
+        }
+        h.push(worker);
+        Handshaking { po, worker }
+    };
     (&mut &*s).write_all(&lane::welcome(me)).map_err(io)?;
     let mut c = [0u8; 4];
-    read_handshake(po, s, &mut c, deadline)?;
+    read_handshake(po, s, &mut c, Instant::now() + HANDSHAKE)?;
     if &c != lane::CONFIRM {
         return Err(Error::protocol(format!(
             "lane handshake: {c:02x?} where the confirmation belongs"
         )));
     }
-    Ok(worker)
+    Ok(reserved)
+}
+
+/// A worker's lane handshake under way; ends (the reservation given up)
+/// when dropped, once the lane is registered or the handshake failed.
+struct Handshaking<'a> {
+    po: &'a Postoffice,
+    worker: i32,
+}
+
+impl Drop for Handshaking<'_> {
+    fn drop(&mut self) {
+        self.po
+            .lanes
+            .handshaking
+            .lock()
+            .retain(|w| *w != self.worker);
+    }
 }
 
 fn serve_lane(weak: &Weak<Postoffice>, s: TcpStream, from: std::net::SocketAddr) {
     let Some(po) = weak.upgrade() else { return };
-    let worker = match handshake(&po, &s) {
-        Ok(w) => w,
+    let reserved = match handshake(&po, &s, from.ip()) {
+        Ok(r) => r,
         Err(e) => {
             po.van
                 .drop_message(&format!("a lane connection from {from}: {e}"));
             return;
         }
     };
+    let worker = reserved.worker;
     if s.set_nonblocking(true).is_err() {
         return;
     }
-    let l = {
-        let mut map = po.lanes.map.write();
-        if map.contains_key(&worker) {
-            drop(map);
-            po.van.drop_message(&format!(
-                "a lane connection from {from}: a second lane from {}",
-                peer_name(worker)
-            ));
-            return;
-        }
-        let l = Arc::new(Lane::new(worker, s, true));
-        map.insert(worker, l.clone());
-        l
-    };
+    let l = Arc::new(Lane::new(worker, s, true));
+    po.lanes.map.write().insert(worker, l.clone());
+    drop(reserved);
     let tick_ms = TICK.as_millis() as i64;
     let stall = po.config.timeout;
     drop(po);
@@ -645,7 +685,8 @@ mod tests {
     /// A worker that gives up before it confirmed the handshake (here: a
     /// client that reads the answer and leaves) leaves no lane on the
     /// server and is not suspected: the worker's messages and their answers
-    /// go through the van.
+    /// go through the van. A second handshake naming the same worker while
+    /// one is under way is refused.
     #[test]
     fn a_handshake_never_confirmed_leaves_no_lane() {
         let got = cluster(true, false, |server, worker| {
@@ -657,6 +698,16 @@ mod tests {
             let mut w = [0u8; lane::WELCOME_LEN];
             s.read_exact(&mut w).unwrap();
             assert_eq!(w.to_vec(), lane::welcome(server.my_id()));
+            // while that handshake is under way, another naming the same
+            // worker is refused before any answer
+            let mut second = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            second
+                .write_all(&lane::hello(worker.my_id(), server.my_id()))
+                .unwrap();
+            second
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            assert_eq!(second.read(&mut w).unwrap(), 0);
             drop(s);
             until("the drop was counted", || {
                 server.dropped_messages() > before
