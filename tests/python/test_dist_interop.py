@@ -23,6 +23,7 @@ space, so a second store could not be independent of the first).
 """
 import os
 import pickle
+import re
 import subprocess
 
 import numpy as np
@@ -38,7 +39,8 @@ ROLE_SWITCH = (
     'if [ "$DMLC_ROLE" = worker ]; then '
     '  case " $T_REAL_WORKERS " in *" $DMLC_TASK_ID "*) T_IMPL=mxnet;; *) T_IMPL=mxkv;; esac; '
     '  export T_IMPL; exec "$0" "$1"; '
-    'elif [ "$T_REAL_NODES" = 1 ]; then echo "node: mxnet"; exec "$0" -c "import mxnet"; '
+    'elif [ "$T_REAL_NODES" = 1 ] || { [ "$DMLC_ROLE" = scheduler ] && '
+    '    [ "$T_REAL_SCHEDULER" = 1 ]; }; then echo "node: mxnet"; exec "$0" -c "import mxnet"; '
     'else echo "node: mxkv"; exec "$0" -c "import mxkv"; fi')
 
 
@@ -87,6 +89,22 @@ def test_mixed_workers_on_our_servers_sum_exactly(real_mxnet, real_rank, servers
     check_nodes(out, servers, False)
     for r in range(2):
         assert '[worker %d] MIX SUMS OK %s rank %d of 2' % (r, impl(r, [real_rank]), r) in out, out
+
+
+@pytest.mark.parametrize('scheduler', ['mxnet', 'mxkv'])
+def test_our_workers_and_servers_take_lanes_only_through_our_scheduler(real_mxnet, scheduler):
+    """our workers and servers under a real MXNet scheduler, which drops the lane port
+    from our servers' registrations: no lanes, everything through ZeroMQ, sums exact; under
+    our scheduler each worker has a lane to each server"""
+    code, out = mixed('sums', 2, 2, [], env={
+        'T_KEYS': 'int', 'PS_VERBOSE': '1',
+        'T_REAL_SCHEDULER': '1' if scheduler == 'mxnet' else ''})
+    assert code == 0, out
+    assert '[scheduler] node: %s' % scheduler in out, out
+    for r in range(2):
+        assert '[worker %d] MIX SUMS OK mxkv rank %d of 2' % (r, r) in out, out
+    lanes = re.findall(r'\[mxkv worker\] lane to server \d \(id \d+\) at', out)
+    assert len(lanes) == (0 if scheduler == 'mxnet' else 4), out
 
 
 @pytest.mark.parametrize('real_rank', [0, 1])
