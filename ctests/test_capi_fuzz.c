@@ -18,6 +18,11 @@
  *     buffers, odd shapes) must return 0 or -1 with a text; the model then
  *     forgets what it cannot know and learns it back from later pulls.
  *
+ * libmxkv's MXKVMTSeed and MXKVMTDraw (MXNet's random engines, kept by the
+ * caller) are checked without a second generator: seeding recurrence, the
+ * split over engines, positions, determinism, continuation, the three views
+ * of one state's outputs, one known output (see "MT random draws").
+ *
  * Every value is a small non-negative integer, exact in every dtype, so sums
  * are exact whatever the summation order. Every handle made is freed at the
  * end of a seed (checked with mxkv_live_handles).
@@ -58,6 +63,7 @@ static unsigned char *g_keep; /* MXKV_FUZZ_KEEP: the operations to run (others s
 static const char *g_what = ""; /* the current operation, for messages */
 /* statistics: calls that had to succeed, had to fail, either; elements compared */
 static long g_n_ok, g_n_fail, g_n_any, g_n_checked;
+static long g_n_mt; /* MXKVMTSeed / MXKVMTDraw operations */
 
 static uint64_t rnd(void) {
   /* xorshift64* */
@@ -2354,6 +2360,406 @@ static void op_global(void) {
   }
 }
 
+/* ------------------------------------------------------ MT random draws */
+
+/* MXKVMTSeed and MXKVMTDraw (libmxkv only): the caller keeps the states of
+   std::mt19937 engines (624 key words and a position in 0..=624 each). The
+   model does not reimplement the generator; it checks what the documented
+   contract fixes exactly:
+   - MXKVMTSeed: engine j's key words are std::mt19937(base + j)'s (the C++
+     standard's seeding recurrence), its position 624; no other engine moves;
+   - MXKVMTDraw splits `num` over min(ceil(num / 64), E) engines in chunks
+     of ceil(num / that): the engines past the used ones do not move, and
+     each used engine's chunk is what a one-engine draw from its old state
+     gives, leaving the same state (determinism and the split at once);
+   - uniforms take 1 (float32) or 2 (float64) outputs a number, randint words
+     2: a position moves by exactly that, and key words change only by a
+     twist (at 624); a normal takes pairs of canonicals, 2 or 4 outputs a try;
+   - a draw of a then b numbers from one engine is a draw of a + b;
+   - one state's outputs seen three ways, as randint words (w1 << 31) + w2,
+     float32 uniforms w / 2^32 and float64 uniforms (w1 + w2 2^32) / 2^64,
+     agree exactly (and leave one state); randint words are below
+     2^63 + 2^31; uniforms in [0, 1]; normals finite;
+   - std::mt19937(5489)'s 10000th output is 4123659995 (C++ [rand.predef]);
+   - nothing past `num` elements of `out` is written;
+   - a call with one defect (kind, dtype for the kind, NULL where items are
+     announced, a position outside 0..=624 in any engine, no engines for a
+     draw, sizes beyond memory, overlapping or misaligned buffers) returns -1
+     with a text naming the function and writes nothing. */
+
+#define MT_N 624
+#define MT_E 12      /* engines in the model's state at most */
+#define MT_GUARD 64  /* bytes past `out` that must stay untouched */
+#define MT_PAT 0xA5
+
+static uint32_t g_mt_keys[MT_E * MT_N];
+static int64_t g_mt_pos[MT_E];
+static uint64_t g_mt_e; /* engines in the model's state; 0: none yet */
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (p == NULL) FAIL("out of memory (%zu bytes)", n);
+  return p;
+}
+
+static void mt_err_names(const char *fn, const char *call) {
+  const char *m = MXGetLastError();
+  if (m == NULL || strncmp(m, fn, strlen(fn)) != 0) FAIL("%s: error text \"%s\" does not name %s", call, m ? m : "(NULL)", fn);
+}
+
+static size_t mt_size(int kind, int dtype) { return kind == 2 || dtype == 1 ? 8 : 4; }
+static void mt_rand_kd(int *kind, int *dtype) {
+  *kind = rn(3);
+  *dtype = *kind == 2 ? 6 : rn(2);
+}
+
+/* MXNet's LaunchRNG split: outputs per engine, and engines used */
+static void mt_split(uint64_t num, uint64_t e, uint64_t *step, uint64_t *used) {
+  *step = *used = 0;
+  if (num == 0) return;
+  uint64_t nt = (num + 63) / 64;
+  if (nt > e) nt = e;
+  if (nt == 0) nt = 1;
+  *step = (num + nt - 1) / nt;
+  *used = (num + *step - 1) / *step;
+}
+
+/* an engine's position after `k` outputs from `p`; *twisted: its key words
+   were twisted on the way */
+static int64_t mt_advance(int64_t p, uint64_t k, bool *twisted) {
+  *twisted = false;
+  if (k <= (uint64_t)(MT_N - p)) return p + (int64_t)k;
+  *twisted = true;
+  return (int64_t)((k - (uint64_t)(MT_N - p) - 1) % MT_N + 1);
+}
+
+/* numbers to draw: around the split thresholds (64 a engine, E engines)
+   and the twist (624 outputs) */
+static uint64_t mt_rand_num(uint64_t e) {
+  switch (rn(6)) {
+    case 0: return (uint64_t)rn(4);
+    case 1: return 63 + (uint64_t)rn(3);
+    case 2: return 64 * (uint64_t)(1 + rn((int)e + 1)) + (uint64_t)rn(3) - 1;
+    case 3: return (uint64_t)rn(700);
+    case 4: return 64 * e + (uint64_t)rn(1500);
+    default: return 1 + (uint64_t)rn(200);
+  }
+}
+
+/* the values of a draw in their ranges */
+static void mt_check_values(int kind, int dtype, const void *out, uint64_t num) {
+  for (uint64_t i = 0; i < num; i++) {
+    if (kind == 2) {
+      uint64_t v;
+      memcpy(&v, (const char *)out + 8 * i, 8);
+      if (v > (0xFFFFFFFFull << 31) + 0xFFFFFFFFull) FAIL("randint word %llu is %#llx, beyond (w1 << 31) + w2", (unsigned long long)i, (unsigned long long)v);
+      continue;
+    }
+    double x = dtype == 0 ? (double)((const float *)out)[i] : ((const double *)out)[i];
+    if (kind == 0 && !(x >= 0 && x <= 1)) FAIL("uniform %llu is %.17g, outside [0, 1]", (unsigned long long)i, x);
+    if (kind == 1 && !(isfinite(x) && fabs(x) < 64)) FAIL("normal %llu is %.17g", (unsigned long long)i, x);
+  }
+  g_n_checked += (long)num;
+}
+
+/* A draw the model says is valid, from the E engines at keys/pos, into out
+   (room for num elements and MT_GUARD bytes), checked as above. */
+static void mt_draw_checked(int kind, int dtype, uint32_t *keys, int64_t *pos, uint64_t e, uint64_t num, void *out) {
+  size_t sz = mt_size(kind, dtype), nb = (size_t)num * sz;
+  uint32_t *k0 = xmalloc(e * MT_N * 4);
+  int64_t *p0 = xmalloc(e * 8);
+  memcpy(k0, keys, e * MT_N * 4);
+  memcpy(p0, pos, e * 8);
+  memset(out, MT_PAT, nb + MT_GUARD);
+  TRACE("MTDraw kind %d dtype %d engines %llu num %llu", kind, dtype, (unsigned long long)e, (unsigned long long)num);
+  MUST_OK(MXKVMTDraw(kind, dtype, keys, pos, e, num, num == 0 && chance(50) ? NULL : out));
+  for (size_t i = 0; i < MT_GUARD; i++)
+    if (((unsigned char *)out)[nb + i] != MT_PAT) FAIL("MTDraw wrote byte %zu past %llu elements", i, (unsigned long long)num);
+  mt_check_values(kind, dtype, out, num);
+  uint64_t step, used;
+  mt_split(num, e, &step, &used);
+  /* outputs a number (0: a normal's vary) */
+  int per = kind == 1 ? 0 : kind == 2 || dtype == 1 ? 2 : 1;
+  int try_ = dtype == 1 ? 4 : 2; /* a normal's try */
+  unsigned char *o2 = xmalloc(step * sz + MT_GUARD);
+  for (uint64_t j = 0; j < e; j++) {
+    uint32_t *kj = keys + j * MT_N, *k0j = k0 + j * MT_N;
+    bool same_keys = memcmp(kj, k0j, MT_N * 4) == 0;
+    if (j >= used) {
+      if (!same_keys || pos[j] != p0[j]) FAIL("MTDraw of %llu on %llu engines moved engine %llu (only %llu used)", (unsigned long long)num, (unsigned long long)e, (unsigned long long)j, (unsigned long long)used);
+      continue;
+    }
+    uint64_t c = num - j * step < step ? num - j * step : step;
+    if (per > 0) {
+      bool tw;
+      int64_t want = mt_advance(p0[j], c * (uint64_t)per, &tw);
+      if (pos[j] != want) FAIL("MTDraw kind %d dtype %d: engine %llu at %lld after %llu numbers from %lld, expected %lld", kind, dtype, (unsigned long long)j, (long long)pos[j], (unsigned long long)c, (long long)p0[j], (long long)want);
+      if (!tw && !same_keys) FAIL("MTDraw: engine %llu's key words changed without a twist", (unsigned long long)j);
+    } else if (same_keys) {
+      /* no twist (a twist leaves no random state as it was) */
+      int64_t d = pos[j] - p0[j];
+      if (d < (int64_t)(c * (uint64_t)try_) || d % try_ != 0) FAIL("MTDraw normals: engine %llu moved %lld for %llu numbers", (unsigned long long)j, (long long)d, (unsigned long long)c);
+    }
+    /* the chunk again, from the old state, with this engine alone */
+    memset(o2, MT_PAT, c * sz + MT_GUARD);
+    MUST_OK(MXKVMTDraw(kind, dtype, k0j, p0 + j, 1, c, o2));
+    if (memcmp(o2, (unsigned char *)out + j * step * sz, c * sz) != 0) FAIL("MTDraw: engine %llu's chunk of %llu differs from a one-engine draw of %llu", (unsigned long long)j, (unsigned long long)num, (unsigned long long)c);
+    if (memcmp(k0j, kj, MT_N * 4) != 0 || p0[j] != pos[j]) FAIL("MTDraw: engine %llu's state after a draw of %llu differs from a one-engine draw's", (unsigned long long)j, (unsigned long long)num);
+    g_n_checked += (long)c;
+  }
+  free(o2);
+  free(k0);
+  free(p0);
+}
+
+/* MXKVMTSeed, checked: the C++ standard's std::mt19937(seed) key words */
+static void mt_seed_checked(uint32_t base, uint32_t *keys, int64_t *pos, uint64_t e, uint64_t room) {
+  for (uint64_t j = 0; j < room; j++) pos[j] = chance(50) ? -7 - rn(9) : (int64_t)rn(MT_N + 1); /* overwritten */
+  for (uint64_t i = 0; i < room * MT_N; i++) keys[i] = (uint32_t)rnd();
+  uint32_t tail0 = room > e ? keys[e * MT_N] : 0;
+  int64_t ptail = room > e ? pos[e] : 0;
+  TRACE("MTSeed base %u engines %llu", base, (unsigned long long)e);
+  MUST_OK(MXKVMTSeed(base, keys, pos, e));
+  for (uint64_t j = 0; j < e; j++) {
+    if (pos[j] != MT_N) FAIL("MTSeed: engine %llu at %lld", (unsigned long long)j, (long long)pos[j]);
+    uint32_t prev = base + (uint32_t)j;
+    if (keys[j * MT_N] != prev) FAIL("MTSeed(%u): engine %llu's first key word %u", base, (unsigned long long)j, keys[j * MT_N]);
+    for (uint32_t i = 1; i < MT_N; i++) {
+      prev = 1812433253u * (prev ^ (prev >> 30)) + i;
+      if (keys[j * MT_N + i] != prev) FAIL("MTSeed(%u): engine %llu's key word %u", base, (unsigned long long)j, i);
+    }
+  }
+  if (room > e && (keys[e * MT_N] != tail0 || pos[e] != ptail)) FAIL("MTSeed of %llu engines wrote past them", (unsigned long long)e);
+  g_n_checked += (long)e * MT_N;
+}
+
+/* The same outputs of one engine three ways: randint words, float32 and
+   float64 uniforms. */
+static void mt_three_ways(const uint32_t *key, int64_t p, uint64_t c) {
+  static uint32_t k[3 * MT_N];
+  int64_t ps[3] = {p, p, p};
+  for (int i = 0; i < 3; i++) memcpy(k + i * MT_N, key, MT_N * 4);
+  int64_t *w = xmalloc(c * 8 + MT_GUARD);
+  float *f = xmalloc(2 * c * 4 + MT_GUARD);
+  double *d = xmalloc(c * 8 + MT_GUARD);
+  mt_draw_checked(2, 6, k, &ps[0], 1, c, w);
+  mt_draw_checked(0, 0, k + MT_N, &ps[1], 1, 2 * c, f);
+  mt_draw_checked(0, 1, k + 2 * MT_N, &ps[2], 1, c, d);
+  if (ps[0] != ps[1] || ps[0] != ps[2] || memcmp(k, k + MT_N, MT_N * 4) != 0 || memcmp(k, k + 2 * MT_N, MT_N * 4) != 0)
+    FAIL("MTDraw: %llu randint words, %llu float32 and %llu float64 uniforms leave different states", (unsigned long long)c, (unsigned long long)(2 * c), (unsigned long long)c);
+  for (uint64_t i = 0; i < c; i++) {
+    uint64_t v = (uint64_t)w[i];
+    bool found = false;
+    /* (w1 << 31) + w2 with w2 < 2^32: w1 is v >> 31 or one less */
+    for (int back = 0; back < 2 && !found; back++) {
+      uint64_t w1 = (v >> 31) - (uint64_t)back;
+      if ((v >> 31) < (uint64_t)back || w1 > 0xFFFFFFFFull) continue;
+      uint64_t w2 = v - (w1 << 31);
+      if (w2 > 0xFFFFFFFFull) continue;
+      float u1 = (float)(uint32_t)w1 / 4294967296.0f, u2 = (float)(uint32_t)w2 / 4294967296.0f;
+      double du = ((double)w1 + (double)w2 * 4294967296.0) / 18446744073709551616.0;
+      found = u1 == f[2 * i] && u2 == f[2 * i + 1] && du == d[i];
+    }
+    if (!found) FAIL("MTDraw: randint word %llu %#llx is not float32 uniforms %.9g, %.9g and float64 uniform %.17g", (unsigned long long)i, (unsigned long long)v, (double)f[2 * i], (double)f[2 * i + 1], d[i]);
+  }
+  free(w);
+  free(f);
+  free(d);
+}
+
+/* one defect: a block with keys, positions and out (where they are put),
+   all of which must be as they were after the refused call */
+static void op_mt_fail(void) {
+  uint64_t e = g_mt_e;
+  int kind, dtype;
+  mt_rand_kd(&kind, &dtype);
+  uint64_t num = 1 + (uint64_t)rn(300);
+  size_t sz = mt_size(kind, dtype), kb = e * MT_N * 4, pb = e * 8, ob = num * sz;
+  size_t off_k = 0, off_p = kb + 16, off_o = off_p + pb + 16, bsz = off_o + ob + MT_GUARD + 16;
+  unsigned char *blk = xmalloc(bsz), *snap = xmalloc(bsz);
+  for (size_t i = 0; i < bsz; i++) blk[i] = (unsigned char)rnd();
+  bool seed = chance(25);
+  int defect = rn(seed ? 5 : 10);
+  uint64_t ne = e, nn = num;
+  bool null_k = false, null_p = false, null_o = false;
+  switch (defect) {
+    case 0: /* seed and draw: keys NULL */ null_k = true; break;
+    case 1: /* positions NULL */ null_p = true; break;
+    case 2: { /* overlapping (touching is fine: the valid contiguous draws) */
+      int w = rn(seed ? 2 : 5);
+      if (w == 0) off_p = 8 * (size_t)rn((int)(kb / 8));
+      else if (w == 1) off_p = kb - 8;
+      else if (w == 2) off_o = 8 * (size_t)rn((int)(kb / 8));
+      else if (w == 3) off_o = off_p + 8 * (size_t)rn((int)e);
+      else off_o = off_p + pb - 8;
+      break;
+    }
+    case 3: { /* sizes beyond memory */
+      static const uint64_t big_e[] = {UINT64_MAX, 1ull << 62, (1ull << 63) / (MT_N * 4) + 1, (1ull << 63) / 8};
+      static const uint64_t big_n[] = {UINT64_MAX, 1ull << 61, 1ull << 62};
+      if (seed || chance(50)) ne = big_e[rn(4)];
+      else nn = sz == 8 ? (chance(50) ? (1ull << 60) : big_n[rn(3)]) : big_n[rn(3)];
+      break;
+    }
+    case 4: { /* misaligned */
+      int w = rn(seed ? 2 : 3);
+      if (w == 0) off_k += 1 + (size_t)rn(3);
+      else if (w == 1) off_p += 4;
+      else off_o += sz == 8 ? 4 : 2;
+      break;
+    }
+    case 5: /* out NULL */ null_o = true; break;
+    case 6: { /* kind */
+      static const int bad[] = {-1, 3, 4, 100, INT_MIN, INT_MAX};
+      kind = bad[rn(6)];
+      break;
+    }
+    case 7: { /* dtype for the kind */
+      static const int bad01[] = {6, 2, 3, 4, 5, -1, 12}, bad2[] = {0, 1, 2, 4, 5, -1, 7};
+      dtype = kind == 2 ? bad2[rn(7)] : bad01[rn(7)];
+      break;
+    }
+    case 8: /* a position outside 0..=624, in any engine, used by the draw or not */ break;
+    default: /* no engines to draw with */ ne = 0; break;
+  }
+  uint32_t *keys = null_k ? NULL : (uint32_t *)(void *)(blk + off_k);
+  int64_t *pos = null_p ? NULL : (int64_t *)(void *)(blk + off_p);
+  void *out = null_o ? NULL : blk + off_o;
+  /* valid states where they are put (misaligned too; where they overlap,
+     the positions are written last and stay valid) */
+  memcpy(blk + off_k, g_mt_keys, kb);
+  memcpy(blk + off_p, g_mt_pos, pb);
+  if (defect == 8) {
+    static const int64_t badp[] = {MT_N + 1, -1, INT64_MIN, INT64_MAX, 1000};
+    int64_t b = badp[rn(5)];
+    memcpy(blk + off_p + 8 * (size_t)rn((int)e), &b, 8);
+  }
+  memcpy(snap, blk, bsz);
+  TRACE("MT%s defect %d kind %d dtype %d engines %llu num %llu offsets %zu %zu %zu", seed ? "Seed" : "Draw", defect, kind,
+        dtype, (unsigned long long)ne, (unsigned long long)nn, off_k, off_p, off_o);
+  if (seed) {
+    MUST_FAIL(MXKVMTSeed((uint32_t)rnd(), keys, pos, ne));
+    mt_err_names("MXKVMTSeed", "MXKVMTSeed");
+  } else {
+    MUST_FAIL(MXKVMTDraw(kind, dtype, keys, pos, ne, nn, out));
+    mt_err_names("MXKVMTDraw", "MXKVMTDraw");
+  }
+  for (size_t i = 0; i < bsz; i++)
+    if (blk[i] != snap[i]) FAIL("refused MT%s (defect %d) wrote byte %zu of its buffers", seed ? "Seed" : "Draw", defect, i);
+  free(blk);
+  free(snap);
+}
+
+static void op_mt(void) {
+  g_what = "MT random";
+  g_n_mt++;
+  if (g_mt_e == 0 || chance(12)) {
+    /* (re)seed the model's engines; bases near 2^32 wrap */
+    uint64_t e = 1 + (uint64_t)rn(MT_E);
+    uint32_t base = chance(25) ? UINT32_MAX - (uint32_t)rn(20) : (uint32_t)rnd();
+    uint32_t *k = xmalloc((MT_E + 1) * MT_N * 4);
+    int64_t *p = xmalloc((MT_E + 1) * 8);
+    mt_seed_checked(base, k, p, e, MT_E + 1);
+    memcpy(g_mt_keys, k, e * MT_N * 4);
+    memcpy(g_mt_pos, p, e * 8);
+    g_mt_e = e;
+    free(k);
+    free(p);
+    return;
+  }
+  uint64_t e = g_mt_e;
+  switch (rn(12)) {
+    case 0: {
+      /* any key words and positions are a valid state */
+      int j = rn((int)e);
+      if (chance(50))
+        for (int i = 0; i < MT_N; i++) g_mt_keys[j * MT_N + i] = (uint32_t)rnd();
+      g_mt_pos[j] = chance(30) ? (chance(50) ? 0 : MT_N) : rn(MT_N + 1);
+      /* no engines, nothing to do: NULLs accepted */
+      MUST_OK(MXKVMTSeed((uint32_t)rnd(), NULL, NULL, 0));
+      int kind = rn(2), dtype = rn(2);
+      MUST_OK(MXKVMTDraw(kind, dtype, NULL, NULL, 0, 0, NULL));
+      MUST_OK(MXKVMTDraw(2, 6, NULL, NULL, 0, 0, NULL));
+      break;
+    }
+    case 1:
+    case 2:
+    case 3:
+    case 4: {
+      /* a draw from the model's engines (sometimes fewer of them) */
+      int kind, dtype;
+      mt_rand_kd(&kind, &dtype);
+      uint64_t ue = chance(80) ? e : 1 + (uint64_t)rn((int)e);
+      uint64_t num = mt_rand_num(ue);
+      void *out = xmalloc(num * 8 + MT_GUARD);
+      mt_draw_checked(kind, dtype, g_mt_keys, g_mt_pos, ue, num, out);
+      free(out);
+      break;
+    }
+    case 5: {
+      /* keys, positions and out touching in one block */
+      int kind, dtype;
+      mt_rand_kd(&kind, &dtype);
+      uint64_t num = mt_rand_num(e);
+      size_t kb = e * MT_N * 4, pb = e * 8;
+      unsigned char *blk = xmalloc(kb + pb + num * 8 + MT_GUARD);
+      memcpy(blk, g_mt_keys, kb);
+      memcpy(blk + kb, g_mt_pos, pb);
+      mt_draw_checked(kind, dtype, (uint32_t *)(void *)blk, (int64_t *)(void *)(blk + kb), e, num, blk + kb + pb);
+      memcpy(g_mt_keys, blk, kb);
+      memcpy(g_mt_pos, blk + kb, pb);
+      free(blk);
+      break;
+    }
+    case 6: {
+      /* a then b numbers from one engine are a + b numbers */
+      int kind, dtype;
+      mt_rand_kd(&kind, &dtype);
+      int j = rn((int)e);
+      uint64_t a = (uint64_t)rn(400), b = (uint64_t)rn(400);
+      size_t sz = mt_size(kind, dtype);
+      static uint32_t k[2 * MT_N];
+      int64_t p[2] = {g_mt_pos[j], g_mt_pos[j]};
+      memcpy(k, g_mt_keys + j * MT_N, MT_N * 4);
+      memcpy(k + MT_N, g_mt_keys + j * MT_N, MT_N * 4);
+      unsigned char *o1 = xmalloc((a + b) * sz + MT_GUARD), *o2 = xmalloc((a + b) * sz + MT_GUARD);
+      mt_draw_checked(kind, dtype, k, &p[0], 1, a, o1);
+      mt_draw_checked(kind, dtype, k, &p[0], 1, b, o1 + a * sz);
+      mt_draw_checked(kind, dtype, k + MT_N, &p[1], 1, a + b, o2);
+      if (memcmp(o1, o2, (a + b) * sz) != 0 || p[0] != p[1] || memcmp(k, k + MT_N, MT_N * 4) != 0)
+        FAIL("MTDraw kind %d dtype %d: %llu then %llu numbers are not %llu", kind, dtype, (unsigned long long)a, (unsigned long long)b, (unsigned long long)(a + b));
+      free(o1);
+      free(o2);
+      break;
+    }
+    case 7: {
+      int j = rn((int)e);
+      mt_three_ways(g_mt_keys + j * MT_N, g_mt_pos[j], (uint64_t)rn(chance(50) ? 20 : 700));
+      break;
+    }
+    case 8: {
+      /* std::mt19937(5489)'s 10000th output is 4123659995 ([rand.predef]) */
+      static uint32_t k[2 * MT_N];
+      int64_t p[2];
+      int64_t *w = xmalloc(5000 * 8 + MT_GUARD);
+      float *f = xmalloc(10000 * 4 + MT_GUARD);
+      mt_seed_checked(5489, k, p, 1, 1);
+      memcpy(k + MT_N, k, MT_N * 4);
+      p[1] = p[0];
+      mt_draw_checked(2, 6, k, &p[0], 1, 5000, w);
+      mt_draw_checked(0, 0, k + MT_N, &p[1], 1, 10000, f);
+      uint64_t v = (uint64_t)w[4999];
+      if (v < 4123659995ull || (v - 4123659995ull) % (1ull << 31) != 0 || (v - 4123659995ull) >> 31 > 0xFFFFFFFFull)
+        FAIL("MTDraw: std::mt19937(5489)'s 5000th randint word %#llx has not 4123659995 as its second output", (unsigned long long)v);
+      if (f[9999] != (float)4123659995u / 4294967296.0f) FAIL("MTDraw: std::mt19937(5489)'s 10000th uniform %.9g", (double)f[9999]);
+      free(w);
+      free(f);
+      break;
+    }
+    default: op_mt_fail(); break;
+  }
+}
+
 /* ------------------------------------------------------------ save / load */
 
 static char g_tmpdir[256];
@@ -2648,6 +3054,7 @@ static void run_seed(uint64_t seed, long ops) {
   memset(g_st, 0, sizeof g_st);
   memset(g_dead_nd, 0, sizeof g_dead_nd);
   memset(g_dead_kv, 0, sizeof g_dead_kv);
+  g_mt_e = 0;
   live_t start = live_now();
   for (g_op = 0; g_op < ops; g_op++) {
     atomic_fetch_add(&g_beat, 1);
@@ -2657,8 +3064,13 @@ static void run_seed(uint64_t seed, long ops) {
     if (g_rng == 0) g_rng = 1;
     for (int i = 0; i < 4; i++) rnd();
     if (g_keep != NULL && !g_keep[g_op]) continue;
+    /* MXKVMTSeed / MXKVMTDraw: about 3% of the operations, picked by a hash
+       of the operation's stream that does not draw from it (the other
+       operations of a seed are as they were before these were added) */
+    bool mt = (g_rng * 0x2545F4914F6CDD1Dull) >> 57 < 4;
     int r = rn(100);
-    if (r < 10) op_new_array();
+    if (mt) op_mt();
+    else if (r < 10) op_new_array();
     else if (r < 12) op_new_array_chaos();
     else if (r < 18) op_free_array();
     else if (r < 22) op_copy_from_cpu();
@@ -2875,12 +3287,66 @@ static void t_count(TState *t) {
   for (int i = 0; i < nv; i++) T_MUST(MXNDArrayFree(hs[i]));
 }
 
+/* MXKVMTSeed + MXKVMTDraw from every thread at once, each on its own
+   engines: the same numbers and states as one thread drew before the run
+   (the draws share rayon's pool); and a refused call writes nothing. */
+#define T_MT_E 4
+#define T_MT_NUM 300
+static const int T_MT_KD[5][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 6}};
+static uint32_t t_mt_base;
+static unsigned char t_mt_out[5][T_MT_NUM * 8];
+static uint32_t t_mt_keys[5][T_MT_E * MT_N];
+static int64_t t_mt_pos[5][T_MT_E];
+
+static void t_mt_reference(void) {
+  for (int c = 0; c < 5; c++) {
+    MUST_OK(MXKVMTSeed(t_mt_base, t_mt_keys[c], t_mt_pos[c], T_MT_E));
+    MUST_OK(MXKVMTDraw(T_MT_KD[c][0], T_MT_KD[c][1], t_mt_keys[c], t_mt_pos[c], T_MT_E, T_MT_NUM, t_mt_out[c]));
+  }
+}
+
+static void t_mt(TState *t) {
+  static _Thread_local uint32_t keys[T_MT_E * MT_N];
+  static _Thread_local int64_t pos[T_MT_E];
+  static _Thread_local unsigned char out[T_MT_NUM * 8];
+  int c = trn(t, 5);
+  T_MUST(MXKVMTSeed(t_mt_base, keys, pos, T_MT_E));
+  T_MUST(MXKVMTDraw(T_MT_KD[c][0], T_MT_KD[c][1], keys, pos, T_MT_E, T_MT_NUM, out));
+  size_t ob = T_MT_NUM * (T_MT_KD[c][0] == 2 || T_MT_KD[c][1] == 1 ? 8 : 4);
+  if (memcmp(out, t_mt_out[c], ob) != 0 || memcmp(keys, t_mt_keys[c], sizeof keys) != 0 ||
+      memcmp(pos, t_mt_pos[c], sizeof pos) != 0) {
+    fprintf(stderr, "test_capi_fuzz threads: seed %llu thread %d: MTDraw kind %d dtype %d differs from the "
+            "same draw before the threads\n", (unsigned long long)g_seed, t->id, T_MT_KD[c][0], T_MT_KD[c][1]);
+    exit(1);
+  }
+  t->checked += T_MT_NUM;
+  /* one defect: a position past 624, a kind, or an int32 randint */
+  int64_t p0 = pos[T_MT_E - 1];
+  int defect = trn(t, 3);
+  if (defect == 0) pos[T_MT_E - 1] = MT_N + 1;
+  unsigned char before[T_MT_NUM * 8];
+  memcpy(before, out, sizeof out);
+  int rc = MXKVMTDraw(defect == 1 ? 3 : 2, defect == 2 ? 4 : 6, keys, pos, T_MT_E, 10, out);
+  const char *m = rc == -1 ? MXGetLastError() : NULL;
+  if (rc != -1 || m == NULL || strncmp(m, "MXKVMTDraw", 10) != 0 || memcmp(before, out, sizeof out) != 0 ||
+      memcmp(keys, t_mt_keys[c], sizeof keys) != 0) {
+    fprintf(stderr, "test_capi_fuzz threads: seed %llu thread %d: MTDraw with defect %d returned %d (%s) or wrote\n",
+            (unsigned long long)g_seed, t->id, defect, rc, m ? m : "");
+    exit(1);
+  }
+  pos[T_MT_E - 1] = p0;
+}
+
 static void *t_main(void *arg) {
   TState *t = arg;
   for (long i = 0; i < t_ops; i++) {
     atomic_fetch_add(&t_progress, 1);
     if (trn(t, 100) < 5) {
       t_count(t);
+      continue;
+    }
+    if (trn(t, 100) < 3) {
+      t_mt(t);
       continue;
     }
     if (trn(t, 100) < 25) {
@@ -3052,6 +3518,8 @@ static void run_threads(uint64_t seed, int nthreads, long ops) {
     MUST_OK(MXNDArrayFree(h));
   }
   atomic_store(&t_counted, 0);
+  t_mt_base = (uint32_t)(seed * 2654435761u);
+  t_mt_reference();
   static pthread_t th[16];
   static TState ts[16];
   if (nthreads > 16) nthreads = 16;
@@ -3183,11 +3651,11 @@ int main(int argc, char **argv) {
       run_threads(runs[i].seed, runs[i].threads, runs[i].tops);
       tick();
     }
-    printf("seed %llu: %ld ops (calls: %ld must succeed, %ld must fail, %ld either; %ld elements "
-           "checked), %d threads x %ld ops: ok\n",
-           (unsigned long long)runs[i].seed, runs[i].ops, g_n_ok, g_n_fail, g_n_any, g_n_checked,
+    printf("seed %llu: %ld ops (%ld of them MT draws; calls: %ld must succeed, %ld must fail, %ld either; "
+           "%ld elements checked), %d threads x %ld ops: ok\n",
+           (unsigned long long)runs[i].seed, runs[i].ops, g_n_mt, g_n_ok, g_n_fail, g_n_any, g_n_checked,
            runs[i].threads, runs[i].threads ? runs[i].tops : 0L);
-    g_n_ok = g_n_fail = g_n_any = g_n_checked = 0;
+    g_n_ok = g_n_fail = g_n_any = g_n_checked = g_n_mt = 0;
   }
   /* remove the temporary files */
   char cmd[400];
