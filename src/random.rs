@@ -208,6 +208,18 @@ pub fn standard_normals<T: Real>(
     out: &mut [T],
     log: fn(T) -> T,
 ) -> Result<()> {
+    // An engine whose state is zero (word 0's top bit and words 1..624: the
+    // 19937 bits of the state) gives only zeros, and a normal would be
+    // drawn for ever; no seeding gives such a state.
+    if !out.is_empty() {
+        for (e, key) in keys.chunks(MT_N).enumerate() {
+            if key[0] & 0x8000_0000 == 0 && key[1..].iter().all(|w| *w == 0) {
+                return Err(Error::new(format!(
+                    "engine {e}'s state is all zero (no seeding gives it): it gives only zeros, and a normal would never be drawn"
+                )));
+            }
+        }
+    }
     draw(keys, positions, out, |engine| loop {
         let x = T::centred(T::canonical(engine));
         let y = T::centred(T::canonical(engine));
@@ -238,6 +250,27 @@ pub fn randint_words(keys: &mut [u32], positions: &mut [i64], out: &mut [i64]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A zero state is refused for normals (they were drawn for ever) and
+    /// gives zeros for uniforms, as the recurrence does; a state with one
+    /// bit among its 19937 set is drawn from.
+    #[test]
+    fn a_zero_state_gives_no_normals() {
+        let mut out = [0f32; 3];
+        let mut keys = vec![0u32; 2 * MT_N];
+        keys[MT_N] = 1; // engine 1: word 0's low bits are not state
+        let mut pos = vec![MT_N as i64; 2];
+        let e = standard_normals(&mut keys, &mut pos, &mut out, f32::ln).unwrap_err();
+        assert!(e.message().contains("engine 0's state is all zero"), "{e}");
+        assert_eq!(pos, vec![MT_N as i64; 2]);
+        canonicals(&mut keys, &mut pos, &mut out).unwrap();
+        assert_eq!(out, [0.0; 3]);
+        let mut one = vec![0u32; MT_N];
+        one[MT_N - 1] = 1;
+        let mut p1 = vec![MT_N as i64];
+        standard_normals(&mut one, &mut p1, &mut out[..1], f32::ln).unwrap();
+        assert!(out[0].is_finite());
+    }
 
     /// `std::mt19937(seed)`'s key words, position 624.
     fn seeded(seed: u32) -> Vec<u32> {

@@ -137,7 +137,7 @@ pub unsafe extern "C" fn MXKVMTSeed(
 /// engines used are moved on in place. MXNet's resource has 1024 engines.
 ///
 /// `kind`: 0, uniforms on [0, 1) (libstdc++'s `generate_canonical`, not
-/// clamped: a float32 draw can be 1.0); 1, standard normals (a fresh
+/// clamped: a draw can be 1.0, in float32 and, rarely, in float64); 1, standard normals (a fresh
 /// libstdc++ `normal_distribution` per number, whose logarithm is the C
 /// library's `logf` / `log`); 2, `randint`'s words before the modulo,
 /// `(w1 << 31) + w2` of two outputs. `dtype` (MXNet's type flags): 0
@@ -145,8 +145,11 @@ pub unsafe extern "C" fn MXKVMTSeed(
 /// outputs draw in double) for kinds 0 and 1, 6 (int64) for kind 2; `out`:
 /// room for `num` elements of `dtype`. The three buffers must not overlap.
 /// Returns 0, or -1 (`MXGetLastError`) for another kind or dtype, a NULL
-/// pointer where items are announced, sizes beyond memory, overlapping
-/// buffers or a position outside `0..=624` (then nothing is written).
+/// pointer where items are announced, `num > 0` with no engines, sizes
+/// beyond memory, overlapping or misaligned buffers, a position outside
+/// `0..=624`, or (normals) an engine whose state is all zero, which no
+/// seeding gives and from which no normal can be drawn (then nothing is
+/// written).
 #[no_mangle]
 pub unsafe extern "C" fn MXKVMTDraw(
     kind: c_int,
