@@ -724,20 +724,7 @@ mod tests {
     }
 
     fn recv_all(l: &Lane, n: usize) -> Vec<Vec<Bytes>> {
-        let mut got = Vec::new();
-        let t0 = Instant::now();
-        while got.len() < n {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "got {} of {n}",
-                got.len()
-            );
-            l.wait_ready(50);
-            if let Pumped::Broken(e) = l.pump(&mut |m| got.push(m)) {
-                panic!("broken: {e}");
-            }
-        }
-        got
+        recv_flushing(l, None, n)
     }
 
     #[test]
@@ -779,21 +766,46 @@ mod tests {
         assert!(a.send(&m, Some((2, &[1])), Instant::now(), &|| {}).is_err());
     }
 
+    /// Reads `l` (which must deliver no message) until it breaks: why.
+    fn broken(l: &Lane) -> Error {
+        let t0 = Instant::now();
+        loop {
+            l.wait_ready(50);
+            match l.pump(&mut |_| panic!("no message")) {
+                Pumped::Broken(e) => return e,
+                Pumped::Messages(_) => assert!(t0.elapsed() < Duration::from_secs(30)),
+            }
+        }
+    }
+
+    /// `n` messages read from `a`, while `b` (a server's end), if given,
+    /// flushes its queue.
+    fn recv_flushing(a: &Lane, b: Option<&Lane>, n: usize) -> Vec<Vec<Bytes>> {
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "got {} of {n}",
+                got.len()
+            );
+            if let Some(b) = b {
+                assert!(b.flush(Duration::from_secs(30)).is_none(), "broken");
+            }
+            a.wait_ready(10);
+            if let Pumped::Broken(e) = a.pump(&mut |m| got.push(m)) {
+                panic!("broken: {e}");
+            }
+        }
+        got
+    }
+
     #[test]
     fn a_closed_peer_breaks_the_lane_once() {
         let (a, b) = pair();
         drop(a);
-        let t0 = Instant::now();
-        loop {
-            b.wait_ready(50);
-            match b.pump(&mut |_| panic!("no message")) {
-                Pumped::Broken(e) => {
-                    assert!(e.message().contains("closed"), "{e}");
-                    break;
-                }
-                Pumped::Messages(_) => assert!(t0.elapsed() < Duration::from_secs(30)),
-            }
-        }
+        let e = broken(&b);
+        assert!(e.message().contains("closed"), "{e}");
         assert!(matches!(b.pump(&mut |_| {}), Pumped::Messages(0)));
         assert!(b.send(&msg(vec![]), None, Instant::now(), &|| {}).is_err());
     }
@@ -811,17 +823,8 @@ mod tests {
         ] {
             let (a, b) = pair();
             (&a.stream).write_all(&bad).unwrap();
-            let t0 = Instant::now();
-            loop {
-                b.wait_ready(50);
-                match b.pump(&mut |_| panic!("no message")) {
-                    Pumped::Broken(e) => {
-                        assert!(e.message().contains("lane message"), "{e}");
-                        break;
-                    }
-                    Pumped::Messages(_) => assert!(t0.elapsed() < Duration::from_secs(30)),
-                }
-            }
+            let e = broken(&b);
+            assert!(e.message().contains("lane message"), "{e}");
         }
     }
 
@@ -856,15 +859,7 @@ mod tests {
             .unwrap();
         assert!(b.has_pending(), "64 MB fit in the socket");
         assert!(t0.elapsed() < Duration::from_secs(10));
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            assert!(t0.elapsed() < Duration::from_secs(30));
-            assert!(b.flush(Duration::from_secs(30)).is_none());
-            a.wait_ready(10);
-            if let Pumped::Broken(e) = a.pump(&mut |m| got.push(m)) {
-                panic!("broken: {e}");
-            }
-        }
+        let got = recv_flushing(&a, Some(&b), 2);
         assert_eq!(got[0][1].as_ref(), big.as_slice());
         assert_eq!(got[1][1].as_ref(), &[3, 4, 5]);
         assert!(!b.has_pending());
@@ -881,16 +876,7 @@ mod tests {
         b.send(&m, None, far, &|| {}).unwrap();
         b.send(&m, None, far, &|| {}).unwrap();
         assert!(b.has_pending());
-        let t0 = Instant::now();
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            assert!(t0.elapsed() < Duration::from_secs(30));
-            assert!(b.flush(Duration::from_secs(30)).is_none(), "broken");
-            a.wait_ready(10);
-            if let Pumped::Broken(e) = a.pump(&mut |m| got.push(m)) {
-                panic!("broken: {e}");
-            }
-        }
+        let got = recv_flushing(&a, Some(&b), 2);
         for g in &got {
             assert_eq!(&g[1..], m.data.as_slice());
         }
