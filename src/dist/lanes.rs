@@ -221,10 +221,11 @@ impl Postoffice {
         if !self.lanes.enabled {
             return false;
         }
-        let lanes: Vec<Arc<Lane>> = self.lanes.map.read().values().cloned().collect();
+        // (under the read lock: a worker's lanes are all made before it
+        // reads any, and reading takes no lane lock)
         let mut any = false;
-        for l in lanes {
-            any |= self.pump_lane(&l);
+        for l in self.lanes.map.read().values() {
+            any |= self.pump_lane(l);
         }
         any
     }
